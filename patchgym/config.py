@@ -1,0 +1,170 @@
+"""Load a run's config: YAML files merged in order, then `a.b.c=value` overrides, validated by Pydantic models.
+
+Every mistake becomes one ConfigError whose message names the key path, the bad value, what is allowed, and
+the file or override that set it.
+"""
+
+import difflib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TypeVar, get_args, get_origin
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from patchgym.sandbox.config import SandboxConfig
+
+M = TypeVar("M", bound=BaseModel)
+KeyPath = tuple[Any, ...]
+
+
+class ConfigError(ValueError):
+    """A config that cannot be loaded; the message is meant for the user as is."""
+
+
+class Config(BaseModel):
+    """The whole run config; each pipeline stage owns one section."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_dir: str = Field("runs", description="where run directories are created")
+    seed: int = Field(0, description="seed for every random choice of the run")
+    sandbox: SandboxConfig = SandboxConfig()
+
+
+def load_config(
+    files: Sequence[str | Path] = (), overrides: Sequence[str] = (), model: type[M] = Config
+) -> M:
+    """Merge `files` in order (dicts recursively; lists and scalars replace), apply `overrides`, validate.
+
+    An override `a.b.c=value` is merged like a one-key file; `value` is read as YAML, empty means "".
+    """
+    data: dict = {}
+    origins: dict[KeyPath, str] = {}  # key path -> the file or override that set it last
+    for file in files:
+        _merge(data, _read_yaml(Path(file)), f"file '{file}'", origins)
+    for text in overrides:
+        _merge(data, _parse_override(text), f"override '{text}'", origins)
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        lines = [_describe(err, origins, model) for err in exc.errors(include_url=False)]
+    # Raised outside the except block so pydantic's traceback is not chained under the user's message.
+    if len(lines) == 1:
+        raise ConfigError(f"invalid config: {lines[0]}")
+    raise ConfigError(f"invalid config ({len(lines)} errors):\n" + "\n".join(f"  {line}" for line in lines))
+
+
+def dump_config(cfg: BaseModel) -> str:
+    """The full resolved config as YAML, loadable again with `load_config`."""
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+
+
+def _read_yaml(path: Path) -> dict:
+    if not path.is_file():
+        raise ConfigError(f"config file '{path}' not found")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"config file '{path}'{where}: invalid YAML: {problem}") from None
+    if data is None:  # an empty file, or only comments
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"config file '{path}': the top level must be a mapping of keys (like 'sandbox:'), "
+            f"got a {type(data).__name__}: {_show(data)}"
+        )
+    return data
+
+
+def _parse_override(text: str) -> dict:
+    key, sep, raw = text.partition("=")
+    if not sep:
+        raise ConfigError(f"malformed override '{text}': expected key=value, e.g. 'sandbox.memory_mb=8192'")
+    keys = key.split(".")
+    if not all(keys):
+        raise ConfigError(f"malformed override '{text}': empty key in '{key}', expected a dotted path like 'a.b.c'")
+    try:
+        value = yaml.safe_load(raw) if raw else ""
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"malformed override '{text}': value {raw!r} is not valid YAML: {problem}") from None
+    for k in reversed(keys):
+        value = {k: value}
+    return value
+
+
+def _merge(base: dict, layer: dict, source: str, origins: dict[KeyPath, str], prefix: KeyPath = ()) -> None:
+    """Merge `layer` into `base` in place, recording `source` as the origin of every key path it sets."""
+    for key, value in layer.items():
+        path = (*prefix, key)
+        origins[path] = source
+        if not (isinstance(value, dict) and isinstance(base.get(key), dict)):
+            # A replaced value takes its sub-keys with it, so their old origins no longer apply.
+            for stale in [p for p in origins if len(p) > len(path) and p[: len(path)] == path]:
+                del origins[stale]
+            base[key] = {} if isinstance(value, dict) else value
+        if isinstance(value, dict):
+            _merge(base[key], value, source, origins, path)
+
+
+def _describe(err: dict, origins: dict[KeyPath, str], model: type[BaseModel]) -> str:
+    """One line for one pydantic error: key path, where it was set, what was wrong, what is allowed."""
+    loc = tuple(err["loc"])
+    path = ".".join(map(str, loc)) or "(top level)"
+    # List items have no origin of their own: the list was set as a whole.
+    origin = next((origins[loc[:n]] for n in range(len(loc), 0, -1) if loc[:n] in origins), None)
+    head = f"{path} (from {origin})" if origin else path
+    if err["type"] == "extra_forbidden":
+        parent, key = loc[:-1], loc[-1]
+        line = f"{head}: unknown key, set to {_show(err['input'])}"
+        section = _model_at(model, parent)
+        if section is None:
+            return line
+        allowed = sorted(section.model_fields)
+        where = f"in '{'.'.join(map(str, parent))}'" if parent else "at the top level"
+        line += f"; allowed keys {where}: {', '.join(allowed)}"
+        close = difflib.get_close_matches(str(key), allowed, n=1)
+        return line + (f"; did you mean '{close[0]}'?" if close else "")
+    if err["type"] == "missing":
+        return f"{head}: required key is missing"
+    msg = err["msg"].removeprefix("Value error, ")  # our validators' own words need no pydantic preamble
+    expected = f"should be {msg.removeprefix('Input should be ')}" if msg.startswith("Input should be ") else msg
+    return f"{head}: got {_show(err['input'])}, {expected}"
+
+
+def _model_at(model: type[BaseModel], loc: KeyPath) -> type[BaseModel] | None:
+    """The model class that validates the mapping at `loc`, following fields, list items and dict values."""
+    tp: Any = model
+    for part in loc:
+        tp = _strip_optional(tp)
+        if _is_model(tp):
+            field = tp.model_fields.get(part)
+            if field is None:
+                return None
+            tp = field.annotation
+        elif get_origin(tp) in (list, dict):
+            tp = get_args(tp)[-1]  # list[X] -> X, dict[K, V] -> V: the type one key or index down
+        else:
+            return None
+    tp = _strip_optional(tp)
+    return tp if _is_model(tp) else None
+
+
+def _strip_optional(tp: Any) -> Any:
+    """`X | None` -> X; pydantic adds no key path step for the None branch."""
+    args = [a for a in get_args(tp) if a is not type(None)]
+    return args[0] if len(args) == 1 and type(None) in get_args(tp) else tp
+
+
+def _is_model(tp: Any) -> bool:
+    # Generic aliases like list[int] pass isinstance(..., type) but break issubclass.
+    return get_origin(tp) is None and isinstance(tp, type) and issubclass(tp, BaseModel)
+
+
+def _show(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

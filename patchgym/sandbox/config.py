@@ -1,0 +1,36 @@
+"""The `sandbox:` section of a patchgym config: which backend, which image, and the limits every sandbox gets."""
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+# Short names of the built-in backends; any other backend is given as an import path "package.module:Class".
+BACKENDS = {
+    "docker": "patchgym.sandbox.docker:DockerSandbox",
+    "local": "patchgym.sandbox.local:LocalSandbox",
+}
+
+
+class SandboxConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    backend: str = Field("docker", description="docker (Docker engine), local (bubblewrap + overlayfs), or 'pkg.module:Class'")
+    image: str | None = Field(None, description="image tag (docker) or image key (local); None = the patchgym base image")
+    workdir: str = Field("/testbed", description="default working directory of commands")
+    network: bool = Field(False, description="give sandboxes a network (off by default)")
+    memory_mb: int = Field(4096, gt=0, description="memory limit per sandbox")
+    pids: int = Field(1024, gt=0, description="process limit per sandbox")
+    cpus: float = Field(1.0, gt=0, description="CPU quota per sandbox, in cores")
+    exec_timeout_s: float = Field(90.0, gt=0, description="default per-command timeout")
+    output_limit_bytes: int = Field(262_144, ge=1024, description="command output kept (head + tail), the rest is cut")
+    start_timeout_s: float = Field(60.0, gt=0, description="time allowed for a sandbox to start and answer")
+    pool_size: int = Field(0, ge=0, description="pre-started sandboxes per image (0 = no warm pool)")
+    max_concurrency: int = Field(16, gt=0, description="sandboxes alive at once per pool")
+    python: str = Field("python3", description="interpreter inside the image that runs patchgym's in-sandbox runner")
+    env: dict[str, str] = Field(default_factory=dict, description="environment variables for every command")
+
+    @field_validator("backend")
+    @classmethod
+    def _known_backend(cls, value: str) -> str:
+        if value not in BACKENDS and ":" not in value:
+            raise ValueError(f"unknown sandbox backend {value!r}; choose one of {', '.join(BACKENDS)} "
+                             "or give an import path like 'mypkg.sandboxes:MySandbox'")
+        return value
