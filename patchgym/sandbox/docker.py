@@ -1,0 +1,107 @@
+"""The `docker` backend: one container per sandbox, whose main process is the runner, attached over one socket.
+
+No `docker exec` per command: the runner is started with the container (`python3 -c RUNNER`) and we keep its
+stdin/stdout. With `StdinOnce` and `AutoRemove`, a host process that dies (even by SIGKILL) closes the socket,
+the runner sees end of file and exits, and the engine removes the container: nothing leaks.
+"""
+
+import functools
+from pathlib import Path
+
+from patchgym.sandbox import images
+from patchgym.sandbox.base import RUNNER_SOURCE, Sandbox
+from patchgym.sandbox.channel import Channel, DockerAttachChannel
+from patchgym.sandbox.errors import SandboxError
+from patchgym.sandbox.limits import oom_kill_count
+
+DOCKER_FIX = ("start the Docker engine (`dockerd &`, or `systemctl start docker`), install it with "
+              "`apt-get install -y docker.io`, or use `sandbox.backend=local`")
+
+
+@functools.lru_cache(maxsize=1)
+def docker_client():
+    """The process's Docker client; a `SandboxError` with the fix when no engine answers."""
+    import docker
+
+    try:
+        client = docker.from_env(timeout=120)
+        client.ping()
+    except Exception as exc:  # the SDK raises several unrelated types for "no engine"
+        docker_client.cache_clear()
+        raise SandboxError(f"no Docker engine answers ({exc}); {DOCKER_FIX}") from exc
+    return client
+
+
+def resolve_image(image, client) -> str:
+    """An image tag to run: recipes are built on demand, tags must exist."""
+    import docker
+
+    if image is None or isinstance(image, images.ImageRecipe):
+        return images.ensure_docker_image(image or images.base_recipe(), client=client)
+    try:
+        client.images.get(image)
+    except docker.errors.ImageNotFound:
+        raise SandboxError(f"Docker image {image!r} not found; build it first "
+                           "(`patchgym image build` builds the base image)") from None
+    return image
+
+
+class DockerSandbox(Sandbox):
+    backend = "docker"
+
+    def _start(self) -> Channel:
+        import docker
+
+        self._container_id = None
+        client = docker_client()
+        tag = resolve_image(self.image, client)
+        cfg = self.config
+        api = client.api
+        try:
+            host_config = api.create_host_config(
+                network_mode="bridge" if cfg.network else "none",
+                mem_limit=cfg.memory_mb * 2**20, memswap_limit=cfg.memory_mb * 2**20,
+                pids_limit=cfg.pids, nano_cpus=int(cfg.cpus * 1e9),
+                init=True, auto_remove=True, security_opt=["no-new-privileges"],
+            )
+            container = api.create_container(
+                tag, command=[cfg.python, "-c", RUNNER_SOURCE, cfg.workdir], name=self.id,
+                stdin_open=True, detach=False, tty=False, labels=self.labels, environment=cfg.env,
+                host_config=host_config,
+            )
+            self._container_id = container["Id"]
+            sock = api.attach_socket(self._container_id, params={"stdin": 1, "stdout": 1, "stream": 1})
+            api.start(self._container_id)
+        except docker.errors.DockerException as exc:
+            raise SandboxError(f"{self.id}: could not start a container from {tag!r}: {exc}") from exc
+        return DockerAttachChannel(self.id, getattr(sock, "_sock", sock))
+
+    def _stop(self) -> None:
+        import docker
+
+        if getattr(self, "_container_id", None) is None:
+            return
+        try:
+            docker_client().api.remove_container(self._container_id, force=True)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:  # 409: the engine is already removing it (AutoRemove)
+                raise SandboxError(f"{self.id}: could not remove its container: {exc}") from exc
+
+    def _cgroup_dirs(self) -> list[Path]:
+        cid = self._container_id
+        return [Path(f"/sys/fs/cgroup/memory/docker/{cid}"), Path(f"/sys/fs/cgroup/docker/{cid}"),
+                Path(f"/sys/fs/cgroup/system.slice/docker-{cid}.scope")]
+
+    def _oom_kills(self) -> int | None:
+        return oom_kill_count(self._cgroup_dirs())
+
+    def _diagnose(self) -> str:
+        import docker
+
+        try:
+            state = docker_client().api.inspect_container(self._container_id)["State"]
+        except (docker.errors.DockerException, SandboxError):
+            return "its container is gone"
+        return f"container status {state['Status']}, exit code {state['ExitCode']}, OOM-killed {state['OOMKilled']}"

@@ -1,0 +1,105 @@
+"""The `local` backend, no daemon: bubblewrap over a copy-on-write overlayfs view of the image's rootfs layers.
+
+    unshare --mount (private) -> join cgroups, mount overlay(lower = image layers, upper = scratch) ->
+    bwrap (new user/pid/net/ipc/uts namespaces, the overlay as /, --die-with-parent) -> the runner
+
+The overlay mount lives only in the sandbox's own mount namespace and every process in its pid namespace, so
+both vanish with the sandbox, even when the host process is SIGKILLed. What stays on disk after a crash (the
+scratch directory, the cgroups) names its owner and is reaped.
+"""
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+from patchgym import paths
+from patchgym.sandbox import images
+from patchgym.sandbox.base import RUNNER_SOURCE, Sandbox
+from patchgym.sandbox.channel import Channel, PipeChannel
+from patchgym.sandbox.errors import SandboxError
+from patchgym.sandbox.limits import Cgroup, parent_dirs
+
+LOCAL_FIX = "install them with `apt-get install -y bubblewrap util-linux` and run as root, or use `sandbox.backend=docker`"
+_MOUNT_SCRIPT = r"""
+for f in $PATCHGYM_CGROUP_PROCS; do echo $$ > "$f" || exit 112; done
+mount -t overlay overlay -o "lowerdir=$1,upperdir=$2,workdir=$3" "$4" || exit 111
+shift 4
+exec "$@"
+"""
+
+
+def resolve_rootfs(image) -> tuple[list[Path], dict[str, str]]:
+    """The overlay lower layers (top first) and the environment of an image given as a recipe, a tag or None."""
+    if image is None or isinstance(image, images.ImageRecipe):
+        recipe = image or images.base_recipe()
+        return images.ensure_rootfs(recipe), images.image_env(recipe)
+    found = images.find_rootfs(image)
+    if found is None:
+        raise SandboxError(f"no rootfs for image {image!r} under {paths.rootfs_dir()}; build it first "
+                           "(`patchgym image build` builds the base image)")
+    return found
+
+
+class LocalSandbox(Sandbox):
+    backend = "local"
+
+    def _start(self) -> Channel:
+        self._proc = None
+        self._cgroup = None
+        for tool in ("bwrap", "unshare", "mount"):
+            if shutil.which(tool) is None:
+                raise SandboxError(f"the local backend needs `{tool}`; {LOCAL_FIX}")
+        layers, env = resolve_rootfs(self.image)
+        cfg = self.config
+        self._dir = paths.sandboxes_dir() / self.id
+        upper, work, merged = (self._dir / n for n in ("upper", "work", "merged"))
+        for d in (upper, work, merged):
+            d.mkdir(parents=True)
+        # The owner goes on disk before the cgroup exists, so a concurrent reaper never takes it for a leftover.
+        cgroups = [str(parent / self.id) for parent in parent_dirs()]
+        (self._dir / "owner.json").write_text(json.dumps({"labels": self.labels, "cgroups": cgroups}))
+        try:
+            self._cgroup = Cgroup(self.id, memory_mb=cfg.memory_mb, pids=cfg.pids, cpus=cfg.cpus)
+        except PermissionError as exc:
+            raise SandboxError(f"{self.id}: cannot set its limits: {exc}") from exc
+        bwrap = ["bwrap", "--bind", str(merged), "/", "--proc", "/proc", "--dev", "/dev",
+                 "--unshare-all", *(["--share-net"] if cfg.network else []), "--hostname", "sandbox",
+                 "--uid", "0", "--gid", "0", "--die-with-parent", "--new-session", "--clearenv"]
+        # PATCHGYM_RUN also stands in bwrap's command line, so a leak check can find the processes of a run.
+        for key, value in {"HOME": "/root", "LANG": "C.UTF-8", **env, **cfg.env, "PATCHGYM_RUN": self.run_id}.items():
+            bwrap += ["--setenv", key, value]
+        argv = ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", _MOUNT_SCRIPT, "sh",
+                ":".join(map(str, layers)), str(upper), str(work), str(merged),
+                *bwrap, "--", cfg.python, "-c", RUNNER_SOURCE, cfg.workdir]
+        self._log = open(self._dir / "stderr.log", "wb")
+        self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
+                                      env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+                                           "PATCHGYM_CGROUP_PROCS": " ".join(self._cgroup.procs_files)},
+                                      start_new_session=True)  # Ctrl-C reaches us, not the sandbox: we clean up
+        return PipeChannel(self.id, self._proc.stdin, self._proc.stdout)
+
+    def _stop(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+        if self._cgroup is not None:
+            self._cgroup.destroy()
+        if self._proc is not None:
+            self._proc.wait()
+            self._log.close()
+        if getattr(self, "_dir", None) is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+
+    def _oom_kills(self) -> int | None:
+        return self._cgroup.oom_kills() if self._cgroup else None
+
+    def _diagnose(self) -> str:
+        try:
+            self._proc.wait(timeout=1)
+        except (AttributeError, subprocess.TimeoutExpired):
+            return ""
+        try:
+            log = (self._dir / "stderr.log").read_text(errors="replace").strip()[-500:]
+        except OSError:
+            log = ""
+        return f"its process exited with {self._proc.returncode}" + (f": {log}" if log else "")

@@ -1,0 +1,129 @@
+"""A warm pool per image: pre-started sandboxes handed out pristine, used ones discarded and replaced in the background.
+
+A used sandbox is never cleaned in place (an agent can change anything in it); it is closed off the hot path and a
+fresh one is started behind it, so `acquire` costs a queue pop when the pool has room, not a container start.
+"""
+
+import collections
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+from patchgym.sandbox import open_sandbox
+from patchgym.sandbox.base import Sandbox
+from patchgym.sandbox.config import SandboxConfig
+from patchgym.sandbox.errors import SandboxError
+
+log = logging.getLogger(__name__)
+
+
+class SandboxPool:
+    """Keeps `size` idle sandboxes of one image ready and at most `max_concurrency` handed out at once."""
+
+    def __init__(self, config: SandboxConfig, image=None, *, size: int | None = None,
+                 max_concurrency: int | None = None, labels: dict[str, str] | None = None):
+        self.config = config
+        self.image = image
+        self.labels = labels
+        self.size = config.pool_size if size is None else size
+        self._slots = threading.BoundedSemaphore(max_concurrency or config.max_concurrency)
+        self._idle: collections.deque[Sandbox] = collections.deque()
+        self._starting = 0
+        self._lock = threading.Lock()
+        self._closed = False
+        self._background = ThreadPoolExecutor(max_workers=max(2, min(8, self.size)), thread_name_prefix="pool")
+        self.hits = self.misses = self.start_failures = 0
+        self._refill()
+
+    def _new(self) -> Sandbox:
+        return open_sandbox(self.config, image=self.image, labels=self.labels)
+
+    def _refill(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            missing = self.size - len(self._idle) - self._starting
+            self._starting += max(missing, 0)
+        for _ in range(max(missing, 0)):
+            self._background.submit(self._start_one)
+
+    def _start_one(self) -> None:
+        try:
+            sandbox = self._new()
+        except SandboxError as exc:
+            log.warning("warm pool could not start a sandbox: %s", exc)
+            with self._lock:
+                self._starting -= 1
+                self.start_failures += 1
+            return
+        with self._lock:
+            self._starting -= 1
+            if not self._closed:
+                self._idle.append(sandbox)
+                return
+        sandbox.close()
+
+    def acquire(self, timeout: float | None = None) -> Sandbox:
+        """A pristine sandbox; blocks while `max_concurrency` are handed out. Give it back with `release`."""
+        if not self._slots.acquire(timeout=timeout):
+            raise TimeoutError(f"no sandbox slot free within {timeout} s (max_concurrency reached)")
+        try:
+            sandbox = self._take_idle()
+            if sandbox is None:
+                self.misses += 1
+                sandbox = self._new()
+            else:
+                self.hits += 1
+        except BaseException:
+            self._slots.release()
+            raise
+        self._refill()
+        return sandbox
+
+    def _take_idle(self) -> Sandbox | None:
+        while True:
+            with self._lock:
+                if not self._idle:
+                    return None
+                sandbox = self._idle.popleft()
+            try:
+                sandbox.ping()  # an idle one may have died while waiting
+                return sandbox
+            except SandboxError:
+                self._background.submit(sandbox.close)
+
+    def release(self, sandbox: Sandbox) -> None:
+        """Give a sandbox back: it is discarded in the background and the pool refilled."""
+        self._slots.release()
+        with self._lock:
+            closed = self._closed
+        if closed:
+            sandbox.close()
+        else:
+            self._background.submit(sandbox.close)
+            self._refill()
+
+    @contextlib.contextmanager
+    def sandbox(self, timeout: float | None = None) -> Iterator[Sandbox]:
+        sandbox = self.acquire(timeout)
+        try:
+            yield sandbox
+        finally:
+            self.release(sandbox)
+
+    def close(self) -> None:
+        """Close the idle sandboxes and wait for background work; handed-out ones are closed when released."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = list(self._idle), collections.deque()
+        for sandbox in idle:
+            sandbox.close()
+        self._background.shutdown(wait=True)  # starts still in flight see _closed and close what they made
+
+    def __enter__(self) -> "SandboxPool":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

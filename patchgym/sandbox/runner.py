@@ -1,0 +1,253 @@
+"""The in-sandbox runner: one long-lived, stdlib-only process that runs commands and file operations on request.
+
+A backend starts it once per sandbox (`python3 -c SOURCE`) and talks to it over stdin/stdout with one JSON object
+per line, so a command costs about a fork/exec instead of a `docker exec`. Timeouts, killing the whole process
+tree and capping output happen here, next to the command. Keep it compatible with old Pythons (3.6+): it runs
+on whatever interpreter the task image has.
+"""
+
+import base64
+import io
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+
+PROTOCOL = 1
+READ_CHUNK = 65536
+# After the command itself exits, background children may still hold its output pipe open; wait this long for
+# the output they already wrote, then answer (they keep running, as in a terminal).
+DRAIN_AFTER_EXIT_S = 0.05
+
+
+class OutputCap(object):
+    """Keeps the first and last `limit // 2` bytes of a stream and counts what falls in between."""
+
+    def __init__(self, limit):
+        self.head_limit = limit // 2
+        self.tail_limit = limit - self.head_limit
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def add(self, chunk):
+        self.total += len(chunk)
+        room = self.head_limit - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            if len(self.tail) > 2 * self.tail_limit:
+                del self.tail[: len(self.tail) - self.tail_limit]
+
+    def text(self):
+        tail = self.tail[-self.tail_limit :] if self.tail_limit else b""
+        cut = self.total - len(self.head) - len(tail)
+        body = bytes(self.head)
+        if cut > 0:
+            body += ("\n[... %d bytes of output cut ...]\n" % cut).encode()
+        return (body + bytes(tail)).decode("utf-8", "replace"), cut
+
+
+def descendants(pid):
+    """Pids of every process below `pid` (read from /proc), including ones that left its process group."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry, "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rfind(b")") + 2 :].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def kill_tree(proc):
+    """SIGKILL the command, its process group, and every descendant (a fork bomb included)."""
+    for _ in range(3):  # processes forked while we were killing get caught on the next pass
+        victims = descendants(proc.pid)
+        for kill in (lambda: os.killpg(proc.pid, signal.SIGKILL), lambda: proc.kill()):
+            try:
+                kill()
+            except OSError:
+                pass
+        for pid in victims:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        if not victims:
+            break
+
+
+class Requests(object):
+    """Request lines from the host. While a command runs we watch them too: end of file means our host is gone."""
+
+    def __init__(self, fd):
+        self.fd = fd
+        self.buffer = bytearray()
+
+    def poll(self):
+        """Read what the host sent; False at end of file."""
+        chunk = os.read(self.fd, READ_CHUNK)
+        self.buffer += chunk
+        return bool(chunk)
+
+    def __iter__(self):
+        while True:
+            end = self.buffer.find(b"\n")
+            if end >= 0:
+                line = bytes(self.buffer[:end])
+                del self.buffer[: end + 1]
+                yield line
+            elif not self.poll():
+                return
+
+
+REQUESTS = None
+
+
+def read_available(fd, cap, timeout, proc=None):
+    """Read whatever `fd` yields within `timeout`; False once it reached end of file."""
+    watch = [fd, REQUESTS.fd] if REQUESTS else [fd]
+    ready, _, _ = select.select(watch, [], [], timeout)
+    if REQUESTS and REQUESTS.fd in ready and not REQUESTS.poll():
+        # Nobody will read the answer (the host died or closed us): stop the command and leave with it.
+        if proc is not None:
+            kill_tree(proc)
+        os._exit(0)
+    if fd not in ready:
+        return True
+    chunk = os.read(fd, READ_CHUNK)
+    if not chunk:
+        return False
+    cap.add(chunk)
+    return True
+
+
+def run_command(req):
+    cmd = req["cmd"]
+    argv = ["/bin/bash", "-c", cmd] if isinstance(cmd, str) else cmd
+    if argv[0] == "/bin/bash" and not os.path.exists("/bin/bash"):
+        argv[0] = "/bin/sh"
+    env = dict(os.environ)
+    env.update(req.get("env") or {})
+    timeout = req.get("timeout")
+    cap = OutputCap(int(req.get("limit") or 262144))
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            cwd=req.get("cwd") or None, env=env, start_new_session=True, close_fds=True,
+        )
+    except OSError as exc:
+        return {"output": "%s: %s\n" % (argv[0], exc.strerror or exc), "exit_code": 127 if exc.errno == 2 else 126,
+                "timed_out": False, "duration": time.monotonic() - start, "cut_bytes": 0, "signal": None}
+    fd = proc.stdout.fileno()
+    deadline = None if timeout is None else start + float(timeout)
+    timed_out = False
+    open_ = True
+    while open_:
+        wait = 0.5
+        if deadline is not None:
+            wait = min(wait, deadline - time.monotonic())
+            if wait <= 0:
+                timed_out = True
+                kill_tree(proc)
+                break
+        open_ = read_available(fd, cap, wait, proc)
+        if open_ and proc.poll() is not None:
+            while open_ and select.select([fd], [], [], DRAIN_AFTER_EXIT_S)[0]:
+                open_ = read_available(fd, cap, 0)
+            break
+    proc.wait()
+    if timed_out:
+        drain_until = time.monotonic() + 0.5
+        while time.monotonic() < drain_until and read_available(fd, cap, 0.05):
+            pass
+    proc.stdout.close()
+    output, cut = cap.text()
+    code = proc.returncode
+    sig = -code if code < 0 else None
+    return {"output": output, "exit_code": 128 + sig if sig else code, "timed_out": timed_out,
+            "duration": time.monotonic() - start, "cut_bytes": cut, "signal": sig}
+
+
+def read_file(req):
+    with open(req["path"], "rb") as f:
+        return {"data": base64.b64encode(f.read()).decode()}
+
+
+def write_file(req):
+    path = req["path"]
+    parent = os.path.dirname(path)
+    if parent:
+        os.makedirs(parent, exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(base64.b64decode(req["data"]))
+    if req.get("mode") is not None:
+        os.chmod(path, req["mode"])
+    return {}
+
+
+def untar(req):
+    import tarfile
+
+    os.makedirs(req["dest"], exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(req["data"]))) as tar:
+        tar.extractall(req["dest"])
+    return {}
+
+
+OPS = {"exec": run_command, "read": read_file, "write": write_file, "untar": untar,
+       "ping": lambda req: {"pid": os.getpid()}}
+
+
+def serve(in_fd, stdout):
+    global REQUESTS
+
+    def send(obj):
+        stdout.write(json.dumps(obj).encode() + b"\n")
+        stdout.flush()
+
+    REQUESTS = Requests(in_fd)
+    send({"ready": True, "protocol": PROTOCOL, "pid": os.getpid(), "python": sys.version.split()[0]})
+    for line in REQUESTS:
+        req = json.loads(line)
+        if req.get("op") == "shutdown":
+            send({"id": req.get("id"), "ok": True})
+            return
+        try:
+            reply = OPS[req["op"]](req)
+            reply.update(id=req.get("id"), ok=True)
+        except Exception as exc:  # every failure goes back to the host as data; the runner keeps serving
+            reply = {"id": req.get("id"), "ok": False, "error": "%s: %s" % (type(exc).__name__, exc),
+                     "kind": type(exc).__name__}
+        send(reply)
+
+
+if __name__ == "__main__":
+    # The protocol owns fds 0 and 1; a stray print elsewhere in this process would corrupt it.
+    proto_in = os.dup(0)
+    proto_out = os.fdopen(os.dup(1), "wb")
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(2, 1)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    if len(sys.argv) > 1:  # the default working directory of commands
+        if not os.path.isdir(sys.argv[1]):
+            os.makedirs(sys.argv[1])
+        os.chdir(sys.argv[1])
+    serve(proto_in, proto_out)

@@ -1,0 +1,208 @@
+"""The sandbox contract, run against every backend (real containers, real bubblewrap + overlayfs)."""
+
+import os
+import socket
+import stat
+import threading
+import time
+import uuid
+
+import pytest
+
+from patchgym.sandbox import SandboxConfig, SandboxError, open_sandbox
+
+LIMITS = dict(memory_mb=256, pids=128, cpus=1.0, exec_timeout_s=30)
+
+
+@pytest.fixture
+def sb(backend, base_image):
+    with open_sandbox(SandboxConfig(backend=backend, **LIMITS), image=base_image) as sandbox:
+        yield sandbox
+
+
+def test_exec_merges_output_in_order_and_reports_exit_code(sb):
+    r = sb.exec("echo one; echo two >&2; echo three; exit 3")
+    assert r.output == "one\ntwo\nthree\n"
+    assert r.exit_code == 3 and not r.timed_out and not r.ok
+    assert 0 <= r.duration < 5
+
+
+def test_exec_runs_in_workdir_with_env_and_argv(sb):
+    assert sb.exec("pwd").output == "/testbed\n"
+    assert sb.exec("pwd", cwd="/tmp").output == "/tmp\n"
+    assert sb.exec("echo $GREETING", env={"GREETING": "hi there"}).output == "hi there\n"
+    assert sb.exec(["python3", "-c", "import sys; print(sys.argv[1:])", "a b", "c"]).output == "['a b', 'c']\n"
+    missing = sb.exec(["no-such-program"])
+    assert missing.exit_code == 127 and "no-such-program" in missing.output
+
+
+def test_exec_has_the_image_tools(sb):
+    r = sb.exec("python3 --version && git --version && pytest --version")
+    assert r.ok, r.output
+    assert "Python 3" in r.output and "git version" in r.output and "pytest" in r.output
+
+
+def _running(sb, needle: str) -> list[str]:
+    """Pids inside the sandbox whose command line contains `needle` (words separated by spaces)."""
+    script = ("import os, sys\nneedle = sys.argv[1].replace(' ', '\\0').encode()\n"
+              "for p in filter(str.isdigit, os.listdir('/proc')):\n"
+              "    try:\n        cmd = open('/proc/%s/cmdline' % p, 'rb').read()\n    except OSError:\n        continue\n"
+              "    if needle in cmd and p != str(os.getpid()):\n        print(p)")
+    return sb.exec(["python3", "-c", script, needle]).output.split()
+
+
+def test_timeout_kills_the_whole_process_tree(sb):
+    start = time.monotonic()
+    r = sb.exec("sleep 301 & setsid sleep 302 & (sleep 303; echo never) ; echo never", timeout=1)
+    assert r.timed_out and r.exit_code == 137
+    assert "never" not in r.output and "timed out" in r.output
+    assert time.monotonic() - start < 10
+    for needle in ("sleep 301", "sleep 302", "sleep 303"):
+        assert _running(sb, needle) == [], needle
+    assert sb.exec("echo alive").output == "alive\n"
+
+
+def test_background_process_does_not_block_the_answer(sb):
+    start = time.monotonic()
+    r = sb.exec("sleep 100 > /dev/null 2>&1 & sleep 200 & echo started")
+    assert r.ok and r.output == "started\n"
+    assert time.monotonic() - start < 5
+
+
+def test_huge_output_is_capped_without_blocking(sb):
+    start = time.monotonic()
+    r = sb.exec("head -c 1000000000 /dev/zero | tr '\\0' x; echo; echo END", output_limit=10_000, timeout=120)
+    assert r.ok, r.output[-300:]
+    assert r.cut_bytes > 999_000_000
+    assert r.output.startswith("x" * 5000) and r.output.endswith("END\n")
+    assert "bytes of output cut" in r.output and len(r.output) < 11_000
+    assert time.monotonic() - start < 60
+
+
+def test_files_round_trip_binary_safe(sb):
+    data = bytes(range(256)) * 100
+    sb.write_file("/testbed/deep/dir/blob.bin", data)
+    assert sb.read_file("/testbed/deep/dir/blob.bin") == data
+    sb.write_file("/testbed/run.sh", "#!/bin/sh\necho ran\n", mode=0o755)
+    assert sb.exec("./run.sh").output == "ran\n"
+    with pytest.raises(FileNotFoundError):
+        sb.read_file("/testbed/missing.txt")
+
+
+def test_copy_in_keeps_tree_modes_and_links(sb, tmp_path):
+    (tmp_path / "pkg" / "sub").mkdir(parents=True)
+    (tmp_path / "pkg" / "sub" / "a.py").write_text("A = 1\n")
+    (tmp_path / "tool.sh").write_text("#!/bin/sh\necho tool\n")
+    (tmp_path / "tool.sh").chmod(0o755)
+    os.symlink("pkg/sub/a.py", tmp_path / "link.py")
+    sb.copy_in(tmp_path, "/testbed/project")
+    assert sb.exec("cat link.py && ./tool.sh", cwd="/testbed/project").output == "A = 1\ntool\n"
+    mode = int(sb.exec("stat -c %a /testbed/project/tool.sh").output)
+    assert mode & stat.S_IXUSR
+
+
+def test_diff_includes_new_deleted_and_binary_files(sb):
+    setup = ("git init -q . && printf 'a\\nb\\n' > keep.txt && echo bye > gone.txt && echo t > tests.txt "
+             "&& git add -A && git commit -qm base")
+    assert sb.exec(setup).ok
+    sb.exec("printf 'a\\nB\\n' > keep.txt && rm gone.txt && echo new > new.txt && printf '\\0\\1' > b.bin "
+            "&& echo changed > tests.txt")
+    patch = sb.diff("HEAD", exclude=("tests.txt",))
+    assert "+B" in patch and "-b" in patch
+    assert "new file mode" in patch and "+new" in patch
+    assert "deleted file mode" in patch and "-bye" in patch
+    assert "GIT binary patch" in patch
+    assert "tests.txt" not in patch
+    assert sb.exec("git status --porcelain").output.count("??") == 2, "diff must not touch the agent's index"
+
+
+def test_close_is_idempotent_and_final(backend, base_image):
+    sandbox = open_sandbox(SandboxConfig(backend=backend, **LIMITS), image=base_image)
+    sandbox.close()
+    sandbox.close()
+    with pytest.raises(SandboxError, match="closed"):
+        sandbox.exec("true")
+
+
+def test_runner_death_is_an_infrastructure_error(sb):
+    with pytest.raises(SandboxError):
+        sb.exec("kill -9 $PPID; sleep 5")
+    with pytest.raises(SandboxError):
+        sb.exec("true")
+
+
+def test_close_from_another_thread_interrupts_a_running_command(sb):
+    threading.Timer(0.5, sb.close).start()
+    start = time.monotonic()
+    with pytest.raises(SandboxError):
+        sb.exec("sleep 60")
+    assert time.monotonic() - start < 10
+
+
+def test_no_network(sb):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    try:
+        probe = ("import socket\ns=socket.socket(); s.settimeout(3)\n"
+                 f"try:\n s.connect(('127.0.0.1', {port})); print('connected')\n"
+                 "except OSError as e: print('refused', e)")
+        assert sb.exec(["python3", "-c", probe]).output.startswith("refused")
+    finally:
+        server.close()
+    interfaces = sb.exec("tail -n +3 /proc/net/dev | cut -d: -f1").output.split()
+    assert interfaces == ["lo"]
+
+
+def test_host_files_are_out_of_reach(sb, base_image):
+    marker = f"/root/patchgym-host-secret-{uuid.uuid4().hex}"
+    open(marker, "w").write("secret")
+    try:
+        assert sb.exec(f"test -e {marker}").exit_code == 1
+    finally:
+        os.unlink(marker)
+    assert sb.exec("echo mine > /etc/patchgym-written-inside").ok
+    assert not os.path.exists("/etc/patchgym-written-inside")
+    with open_sandbox(SandboxConfig(backend=sb.backend, **LIMITS), image=base_image) as other:
+        assert other.exec("test -e /etc/patchgym-written-inside").exit_code == 1, "sandboxes must not share writes"
+
+
+def test_fork_bomb_is_contained(sb):
+    bomb = "import os\nwhile True:\n try: os.fork()\n except OSError: pass"
+    r = sb.exec(["python3", "-c", bomb], timeout=5)
+    assert r.timed_out and r.exit_code == 137
+    assert _running(sb, "os.fork") == []
+    assert sb.exec("echo survived").output == "survived\n"
+
+
+def test_memory_limit_kills_and_reports(sb):
+    r = sb.exec(["python3", "-c", "x = b'x' * (1024 * 2**20); print('allocated')"], timeout=60)
+    assert "allocated" not in r.output
+    assert r.exit_code == 137 and r.oom_killed, r
+    assert "out of memory" in r.output
+    huge = sb.exec(["python3", "-c", "x = bytearray(30 * 2**30); print('allocated')"], timeout=60)
+    assert "allocated" not in huge.output and huge.exit_code != 0
+    assert sb.exec("echo survived").output == "survived\n"
+
+
+def test_cpu_limit(backend, base_image):
+    with open_sandbox(SandboxConfig(backend=backend, **{**LIMITS, "cpus": 0.5}), image=base_image) as sandbox:
+        script = ("import time\nw=time.time(); c=time.process_time()\nwhile time.time()-w<2: pass\n"
+                  "print((time.process_time()-c)/(time.time()-w))")
+        share = float(sandbox.exec(["python3", "-c", script]).output)
+    assert share < 0.7, f"a 0.5-CPU sandbox got {share:.2f} of a core"
+
+
+def test_unknown_backend_is_a_clear_error():
+    from patchgym.sandbox import backend_class
+
+    with pytest.raises(ValueError, match="unknown sandbox backend 'dockr'.*docker, local"):
+        SandboxConfig(backend="dockr")
+    with pytest.raises(SandboxError, match="cannot load sandbox backend 'nowhere.mod:Box'"):
+        backend_class("nowhere.mod:Box")
+
+
+def test_missing_image_names_the_fix(backend):
+    with pytest.raises(SandboxError, match="patchgym-no-such-image.*build"):
+        open_sandbox(SandboxConfig(backend=backend), image="patchgym-no-such-image:0")
