@@ -1,0 +1,32 @@
+# patchgym: `make demo` runs the main job, `make test` the whole suite; both set up everything they need.
+VENV := .venv
+BIN := $(VENV)/bin
+export OMP_NUM_THREADS ?= 1
+
+.PHONY: host install image demo test bench clean
+
+host:
+	bash scripts/setup-host.sh
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	python3 -m venv $(VENV)
+	$(BIN)/pip install -q -c constraints.txt -e '.[test]'
+	touch $@
+
+image: host install
+	$(BIN)/patchgym image build
+
+demo: image
+	$(BIN)/patchgym doctor
+	$(BIN)/patchgym smoke --backend docker --backend local
+
+test: image
+	$(BIN)/pytest
+
+bench: image
+	$(BIN)/python bench/sandbox.py
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache

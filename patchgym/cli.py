@@ -1,0 +1,98 @@
+"""The `patchgym` command line: one entry point, YAML configs (`-c FILE`) and `key=value` overrides."""
+
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from patchgym.config import Config, ConfigError, load_config
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="Train and evaluate SWE agents with RL.")
+image_app = typer.Typer(no_args_is_help=True, help="Build images (no registry needed).")
+app.add_typer(image_app, name="image")
+console = Console()
+
+ConfigFiles = typer.Option([], "--config", "-c", help="YAML config file(s), merged in order")
+Overrides = typer.Argument(None, help="overrides like sandbox.backend=local", show_default=False)
+
+
+def _config(files: list[Path], overrides: list[str] | None) -> Config:
+    try:
+        return load_config(files, overrides or [])
+    except ConfigError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
+
+
+@app.callback()
+def _main() -> None:
+    # SIGTERM ends us like Ctrl-C does, so sandboxes are closed on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+
+@app.command()
+def doctor(files: list[Path] = ConfigFiles, overrides: list[str] = Overrides,
+           reap: bool = typer.Option(False, "--reap", help="remove sandboxes left by crashed runs"),
+           as_json: bool = typer.Option(False, "--json", help="print the checks as JSON")) -> None:
+    """Check this machine: engines, bubblewrap, overlayfs, cgroups, disk, base image, packages."""
+    from patchgym.doctor import run_checks
+
+    config = _config(files, overrides)
+    if reap:
+        from patchgym.sandbox.reaper import reap as reap_now
+
+        removed = reap_now()
+        console.print(f"reaped {removed.total} leftovers: {removed.containers + removed.directories + removed.cgroups}")
+    checks = run_checks(config)
+    failed = [c for c in checks if c.required and not c.ok]
+    if as_json:
+        print(json.dumps([c.__dict__ for c in checks], indent=2))
+    else:
+        table = Table(title=f"patchgym doctor (sandbox.backend={config.sandbox.backend})")
+        for column in ("check", "status", "found", "fix"):
+            table.add_column(column)
+        for c in checks:
+            status = "[green]ok[/green]" if c.ok else ("[red]MISSING[/red]" if c.required else "[yellow]warn[/yellow]")
+            table.add_row(c.name, status, c.detail, "" if c.ok else c.fix)
+        console.print(table)
+    if failed:
+        console.print(f"[red]{len(failed)} required check(s) failed: {', '.join(c.name for c in failed)}[/red]")
+        raise typer.Exit(1)
+
+
+@image_app.command("build")
+def image_build(backend: str = typer.Option("all", help="docker, local or all"),
+                files: list[Path] = ConfigFiles, overrides: list[str] = Overrides) -> None:
+    """Build the base image (debootstrap rootfs, and its Docker image); reused until its recipe changes."""
+    from patchgym.sandbox import images
+
+    _config(files, overrides)
+    recipe = images.base_recipe()
+    start = time.perf_counter()
+    if backend in ("local", "all"):
+        console.print(f"rootfs layers: {':'.join(map(str, images.ensure_rootfs(recipe)))}")
+    if backend in ("docker", "all"):
+        console.print(f"docker image: {images.ensure_docker_image(recipe)}")
+    console.print(f"base image {recipe.tag} ready in {time.perf_counter() - start:.1f} s")
+
+
+@app.command()
+def smoke(backend: list[str] = typer.Option([], "--backend", "-b", help="backend(s) to try (default: the config's)"),
+          files: list[Path] = ConfigFiles, overrides: list[str] = Overrides) -> None:
+    """Start a sandbox per backend, fix a tiny bug in it, and time each step."""
+    from patchgym.sandbox.smoke import smoke as run_smoke
+
+    config = _config(files, overrides)
+    table = Table(title="sandbox smoke")
+    for column in ("backend", "start ms", "exec ms (median)", "diff ms", "close ms", "tests"):
+        table.add_column(column)
+    for name in backend or [config.sandbox.backend]:
+        t = run_smoke(config.sandbox.model_copy(update={"backend": name}))
+        table.add_row(name, f"{t['start_ms']:.0f}", f"{t['exec_ms']:.2f}", f"{t['diff_ms']:.0f}",
+                      f"{t['close_ms']:.0f}", str(t["tests"]))
+    console.print(table)
