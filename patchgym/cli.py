@@ -60,6 +60,9 @@ def doctor(files: list[Path] = ConfigFiles, overrides: list[str] = Overrides,
             status = "[green]ok[/green]" if c.ok else ("[red]MISSING[/red]" if c.required else "[yellow]warn[/yellow]")
             table.add_row(c.name, status, c.detail, "" if c.ok else c.fix)
         console.print(table)
+    for c in checks:
+        if not c.ok and not as_json:
+            console.print(f"fix for {c.name}: {c.fix}", soft_wrap=True)
     if failed:
         console.print(f"[red]{len(failed)} required check(s) failed: {', '.join(c.name for c in failed)}[/red]")
         raise typer.Exit(1)

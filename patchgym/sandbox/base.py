@@ -34,7 +34,8 @@ _DIFF_SCRIPT = r"""
 set -e
 index=$(mktemp)
 trap 'rm -f "$index"' EXIT
-if [ -f .git/index ]; then cp .git/index "$index"; else rm -f "$index"; fi
+# -p keeps the index's mtime: git's racy-entry check then re-reads files edited in the index's own second.
+if [ -f .git/index ]; then cp -p .git/index "$index"; else rm -f "$index"; fi
 export GIT_INDEX_FILE="$index"
 git -c safe.directory='*' add -A -- "$@" >/dev/null
 git -c safe.directory='*' diff --cached --binary "$PATCHGYM_DIFF_BASE" -- "$@"

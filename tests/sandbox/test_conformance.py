@@ -206,3 +206,13 @@ def test_unknown_backend_is_a_clear_error():
 def test_missing_image_names_the_fix(backend):
     with pytest.raises(SandboxError, match="patchgym-no-such-image.*build"):
         open_sandbox(SandboxConfig(backend=backend), image="patchgym-no-such-image:0")
+
+
+def test_diff_sees_a_same_size_edit_in_the_commits_own_second(sb):
+    # Same size, same mtime second as the committed file: only git's racy-entry check (which needs the index's
+    # own mtime) tells the edit apart, and the diff is taken a second later.
+    for i in range(2):
+        r = sb.exec(f"mkdir r{i} && cd r{i} && git init -q . && echo 'a - b' > f.txt && git add -A "
+                    "&& git commit -qm base && echo 'a + b' > f.txt && sleep 1.1")
+        assert r.ok, r.output
+        assert "+a + b" in sb.diff(cwd=f"/testbed/r{i}"), f"attempt {i}"

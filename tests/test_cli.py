@@ -1,0 +1,53 @@
+"""The `patchgym` command: doctor's verdicts and fixes, config errors, the sandbox smoke."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from patchgym import doctor
+from patchgym.cli import app
+
+runner = CliRunner()
+
+
+def test_doctor_passes_on_a_ready_machine(backend):
+    result = runner.invoke(app, ["doctor", "--json", f"sandbox.backend={backend}"])
+    checks = {c["name"]: c for c in json.loads(result.stdout)}
+    assert result.exit_code == 0, result.stdout
+    assert checks["python packages"]["ok"] and "torch 2.13.0" in checks["python packages"]["detail"]
+    assert checks[f"base image ({backend})"]["ok"]
+
+
+def test_doctor_fails_with_the_fix_when_bubblewrap_is_missing(monkeypatch):
+    real_which = doctor.shutil.which
+    monkeypatch.setattr(doctor.shutil, "which", lambda name: None if name == "bwrap" else real_which(name))
+    result = runner.invoke(app, ["doctor", "sandbox.backend=local"])
+    assert result.exit_code == 1
+    assert "bubblewrap" in result.stdout and "MISSING" in result.stdout
+    assert "apt-get install -y bubblewrap" in result.stdout
+    assert "required check(s) failed: bubblewrap" in result.stdout
+
+
+def test_doctor_treats_the_other_backend_as_optional(monkeypatch):
+    real_which = doctor.shutil.which
+    monkeypatch.setattr(doctor.shutil, "which", lambda name: None if name == "bwrap" else real_which(name))
+    result = runner.invoke(app, ["doctor", "--json", "sandbox.backend=docker"])
+    checks = {c["name"]: c for c in json.loads(result.stdout)}
+    assert not checks["bubblewrap"]["ok"] and not checks["bubblewrap"]["required"]
+
+
+def test_bad_override_is_a_clear_error_not_a_traceback():
+    result = runner.invoke(app, ["doctor", "sandbox.memory_mb=lots"])
+    assert result.exit_code == 2
+    assert "sandbox.memory_mb" in result.stdout and "lots" in result.stdout
+    assert "Traceback" not in result.stdout
+
+
+@pytest.mark.parametrize("name", ["docker", "local"])
+def test_smoke_fixes_a_bug_in_a_sandbox(name, backend):
+    if name != backend:
+        pytest.skip("runs once per backend")
+    result = runner.invoke(app, ["smoke", "--backend", name])
+    assert result.exit_code == 0, result.stdout
+    assert "1 failed -> 1" in result.stdout
