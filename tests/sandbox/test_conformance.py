@@ -216,3 +216,26 @@ def test_diff_sees_a_same_size_edit_in_the_commits_own_second(sb):
                     "&& git commit -qm base && echo 'a + b' > f.txt && sleep 1.1")
         assert r.ok, r.output
         assert "+a + b" in sb.diff(cwd=f"/testbed/r{i}"), f"attempt {i}"
+
+
+def test_a_runner_that_stops_answering_is_an_infrastructure_error(sb, monkeypatch):
+    from patchgym.sandbox import base
+
+    monkeypatch.setattr(base, "ANSWER_GRACE_S", 2.0)
+    start = time.monotonic()
+    with pytest.raises(SandboxError, match="no answer from the sandbox"):
+        sb.exec("kill -STOP $PPID", timeout=1)
+    assert time.monotonic() - start < 10
+
+
+def test_no_docker_engine_names_the_fix(monkeypatch):
+    from patchgym.sandbox.docker import docker_client
+
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/patchgym-docker.sock")
+    docker_client.cache_clear()
+    try:
+        with pytest.raises(SandboxError, match="no Docker engine answers.*dockerd.*sandbox.backend=local"):
+            open_sandbox(SandboxConfig(backend="docker"))
+    finally:
+        monkeypatch.undo()
+        docker_client.cache_clear()
