@@ -99,3 +99,52 @@ def smoke(backend: list[str] = typer.Option([], "--backend", "-b", help="backend
         table.add_row(name, f"{t['start_ms']:.0f}", f"{t['exec_ms']:.2f}", f"{t['diff_ms']:.0f}",
                       f"{t['close_ms']:.0f}", str(t["tests"]))
     console.print(table)
+
+
+tasks_app = typer.Typer(no_args_is_help=True, help="Import, list and build tasks.")
+app.add_typer(tasks_app, name="tasks")
+
+
+@tasks_app.command("import")
+def tasks_import(source: str = typer.Argument(..., help="FILE.jsonl, FILE.parquet or hf:NAME[:split]"),
+                 fmt: str = typer.Option(..., "--format", "-f", help="swebench, swegym, r2egym, smith or rebench"),
+                 out: Path = typer.Option(..., "--out", "-o", help="tasks JSONL to write"),
+                 exclude_repos_of: Path | None = typer.Option(None, help="drop tasks whose repo is in this task file")
+                 ) -> None:
+    """Convert a public dataset into patchgym tasks; bad rows are listed (file:row: field), good rows kept."""
+    from patchgym.tasks import TaskError, write_tasks
+    from patchgym.tasks.loaders import import_tasks
+
+    try:
+        result = import_tasks(fmt, source, exclude_repos_of=str(exclude_repos_of) if exclude_repos_of else None)
+    except TaskError as exc:
+        console.print(f"[red]{exc}[/red]", soft_wrap=True)
+        raise typer.Exit(2) from None
+    for line in result.errors:
+        console.print(f"[yellow]{line}[/yellow]", soft_wrap=True)
+    write_tasks(result.tasks, out)
+    console.print(f"{len(result.tasks)} tasks -> {out}; {len(result.errors)} bad rows; "
+                  f"{len(result.dropped)} dropped (repo in the evaluation set)")
+    if not result.tasks:
+        raise typer.Exit(1)
+
+
+@tasks_app.command("list")
+def tasks_list(path: Path, files: list[Path] = ConfigFiles, overrides: list[str] = Overrides) -> None:
+    """A table of tasks: id, repo, #F2P, #P2P, and whether the image is built for the configured backend."""
+    from patchgym.sandbox import images
+    from patchgym.tasks import TaskError, read_tasks
+    from patchgym.tasks.loaders import task_rows
+
+    config = _config(files, overrides)
+    try:
+        tasks = read_tasks(path)
+    except TaskError as exc:
+        console.print(f"[red]{exc}[/red]", soft_wrap=True)
+        raise typer.Exit(2) from None
+    table = Table(title=f"{len(tasks)} tasks in {path}")
+    for column in ("id", "repo", "F2P", "P2P", f"image built ({config.sandbox.backend})"):
+        table.add_column(column)
+    for row in task_rows(tasks, lambda tag: images.image_built(tag, config.sandbox.backend)):
+        table.add_row(*map(str, row))
+    console.print(table)

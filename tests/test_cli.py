@@ -51,3 +51,25 @@ def test_smoke_fixes_a_bug_in_a_sandbox(name, backend):
     result = runner.invoke(app, ["smoke", "--backend", name])
     assert result.exit_code == 0, result.stdout
     assert "1 failed -> 1" in result.stdout
+
+
+def test_tasks_import_keeps_good_rows_and_names_bad_ones(tmp_path):
+    good = {"instance_id": "o__r-1", "repo": "o/r", "base_commit": "abc", "patch": "diff", "test_patch": "",
+            "problem_statement": "it breaks", "FAIL_TO_PASS": '["t::a"]', "PASS_TO_PASS": "[]", "version": "1.0"}
+    bad = {**good, "instance_id": "o__r-2", "FAIL_TO_PASS": 7}
+    src = tmp_path / "rows.jsonl"
+    src.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
+    out = tmp_path / "tasks.jsonl"
+    result = runner.invoke(app, ["tasks", "import", str(src), "--format", "swebench", "--out", str(out)])
+    assert result.exit_code == 0, result.stdout
+    assert f"{src}:2: field FAIL_TO_PASS" in result.stdout
+    assert "1 tasks ->" in result.stdout
+    listed = runner.invoke(app, ["tasks", "list", str(out)])
+    assert listed.exit_code == 0 and "o__r-1" in listed.stdout
+
+
+def test_tasks_import_unknown_format_is_a_clear_error(tmp_path):
+    src = tmp_path / "rows.jsonl"
+    src.write_text("{}\n")
+    result = runner.invoke(app, ["tasks", "import", str(src), "-f", "swebnech", "-o", str(tmp_path / "o.jsonl")])
+    assert result.exit_code == 2 and "swebench" in result.stdout

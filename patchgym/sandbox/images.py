@@ -34,6 +34,7 @@ __all__ = [
     "ensure_docker_image",
     "ensure_rootfs",
     "find_rootfs",
+    "image_built",
     "image_env",
     "layer_recipe",
     "rootfs_built",
@@ -139,6 +140,20 @@ def docker_image_built(recipe: ImageRecipe, client: docker.DockerClient | None =
     except docker.errors.ImageNotFound:
         return False
     return True
+
+
+def image_built(tag: str, backend: str) -> bool:
+    """Whether an image known by its tag ('' = the base) is built for `backend` (docker or local)."""
+    if not tag:
+        recipe = base_recipe()
+        return docker_image_built(recipe) if backend == "docker" else rootfs_built(recipe)
+    if backend == "docker":
+        try:
+            docker.from_env().images.get(tag)
+        except docker.errors.ImageNotFound:
+            return False
+        return True
+    return find_rootfs(tag) is not None
 
 
 def ensure_rootfs(recipe: ImageRecipe, *, progress: bool = True) -> list[Path]:
