@@ -148,3 +148,44 @@ def tasks_list(path: Path, files: list[Path] = ConfigFiles, overrides: list[str]
     for row in task_rows(tasks, lambda tag: images.image_built(tag, config.sandbox.backend)):
         table.add_row(*map(str, row))
     console.print(table)
+
+
+def _find_task(tasks_path: Path, instance: str):
+    from patchgym.tasks import TaskError, read_tasks
+
+    try:
+        tasks = {t.instance_id: t for t in read_tasks(tasks_path)}
+    except TaskError as exc:
+        console.print(f"[red]{exc}[/red]", soft_wrap=True)
+        raise typer.Exit(2) from None
+    if instance not in tasks:
+        console.print(f"[red]no task {instance!r} in {tasks_path} ({len(tasks)} tasks)[/red]")
+        raise typer.Exit(2)
+    return tasks[instance]
+
+
+@app.command()
+def grade(tasks: Path = typer.Option(..., help="tasks JSONL"), instance: str = typer.Option(..., help="instance_id"),
+          patch: Path = typer.Option(..., help="the patch to grade (unified diff; '-' for stdin)"),
+          timeout: float = typer.Option(300.0, help="test run time limit in seconds (eval: 1800)"),
+          as_json: bool = typer.Option(False, "--json", help="print the grade as one JSON object"),
+          files: list[Path] = ConfigFiles, overrides: list[str] = Overrides) -> None:
+    """Grade a patch in a fresh sandbox: resolved iff every FAIL_TO_PASS and PASS_TO_PASS test passes."""
+    from patchgym.env.grading.grader import grade_patch
+
+    config = _config(files, overrides)
+    task = _find_task(tasks, instance)
+    text = sys.stdin.read() if str(patch) == "-" else patch.read_text()
+    result = grade_patch(task, text, config.sandbox, timeout=timeout)
+    if as_json:
+        keys = ("instance_id", "resolved", "tests", "f2p", "p2p", "error", "error_detail", "exit_code", "duration")
+        print(json.dumps({k: result.to_dict()[k] for k in keys}))
+    else:
+        verdict = "[green]RESOLVED[/green]" if result.resolved else f"[red]not resolved[/red] ({result.error or 'tests fail'})"
+        console.print(f"{task.instance_id}: {verdict} in {result.duration:.1f} s")
+        for name, status in {**result.f2p, **result.p2p}.items():
+            console.print(f"  {status:8} {name}", soft_wrap=True)
+        if result.error_detail:
+            console.print(result.error_detail, soft_wrap=True)
+    if result.error == "infra":
+        raise typer.Exit(3)

@@ -127,3 +127,36 @@ class SandboxPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class PoolSet:
+    """One warm pool per image, made on first use: the grader and rollouts ask for "a sandbox of image X"."""
+
+    def __init__(self, config: SandboxConfig, *, size: int | None = None, max_concurrency: int | None = None):
+        self.config = config
+        self.size, self.max_concurrency = size, max_concurrency
+        self._pools: dict[object, SandboxPool] = {}
+        self._lock = threading.Lock()
+
+    def pool(self, image=None) -> SandboxPool:
+        with self._lock:
+            if image not in self._pools:
+                self._pools[image] = SandboxPool(self.config, image, size=self.size,
+                                                 max_concurrency=self.max_concurrency)
+            return self._pools[image]
+
+    def sandbox(self, image=None, timeout: float | None = None):
+        """A context manager over a pristine sandbox of `image`."""
+        return self.pool(image).sandbox(timeout)
+
+    def close(self) -> None:
+        with self._lock:
+            pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            pool.close()
+
+    def __enter__(self) -> "PoolSet":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,134 @@
+"""The reward: grade a patch in a fresh sandbox, with the grader's own tests and test configuration.
+
+    start from the task's image -> bug_patch -> snapshot (git, outside the workspace) -> candidate patch ->
+    put back every test file and test config the grader owns, drop new ones -> test_patch -> run -> parse
+
+Resolved iff every FAIL_TO_PASS and every PASS_TO_PASS test passed (XFAIL counts as passed, as in SWE-bench;
+skipped or missing counts as failed). A patch that does not apply, a dead sandbox, a timeout or a run with no
+sign that the suite ran is an `error`, reported as such, never a silent 0.
+"""
+
+import dataclasses
+import re
+import shlex
+import time
+from dataclasses import dataclass, field
+
+from patchgym.env.grading import parsers, report
+from patchgym.env.workspace import PatchApplyError, apply_patch
+from patchgym.sandbox import Sandbox, SandboxConfig, SandboxError, open_sandbox
+from patchgym.sandbox.pool import PoolSet
+from patchgym.tasks import Task
+
+PASSING = ("PASSED", "XFAIL")
+REPORT_PARSER = "patchgym_report"
+REPORT_PATH = "/opt/patchgym/grader/report.jsonl"
+SNAPSHOT = "GIT_DIR=/opt/patchgym/grader/snapshot.git"
+LOG_LIMIT = 16 << 20
+# Files that decide how tests run or what they check: the grader's copies always win over the patch's.
+TEST_PATH = re.compile(r"(^|/)(tests?|testing)/|(^|/)test_[^/]*\.py$|_tests?\.py$")
+CONFIG_NAMES = {"conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "sitecustomize.py",
+                "usercustomize.py"}
+
+
+@dataclass
+class Grade:
+    instance_id: str
+    resolved: bool
+    tests: dict[str, str] = field(default_factory=dict)
+    f2p: dict[str, str] = field(default_factory=dict)
+    p2p: dict[str, str] = field(default_factory=dict)
+    error: str | None = None  # apply | infra | no_tests_ran | timeout
+    error_detail: str = ""
+    exit_code: int | None = None
+    duration: float = 0.0
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def grader_owns(path: str, task: Task) -> bool:
+    name = path.rsplit("/", 1)[-1]
+    return (path in task.test_files or name in CONFIG_NAMES or name.endswith(".pth")
+            or bool(TEST_PATH.search(path)))
+
+
+def grade_patch(task: Task, patch: str, config: SandboxConfig | None = None, *, timeout: float = 300.0,
+                retries: int = 1, pools: PoolSet | None = None) -> Grade:
+    """Grade `patch` for `task` in a fresh sandbox (from `pools` when given, so warm ones skip the start).
+
+    A dead sandbox is retried `retries` times before the grade is an `infra` error.
+    """
+    config = config or SandboxConfig()
+    start = time.monotonic()
+    image = task.image or None
+    for _ in range(retries + 1):
+        try:
+            with pools.sandbox(image) if pools else open_sandbox(config, image=image) as sandbox:
+                grade = _grade_in(sandbox, task, patch, timeout)
+            break
+        except SandboxError as exc:
+            grade = Grade(task.instance_id, False, error="infra", error_detail=str(exc))
+    grade.duration = time.monotonic() - start
+    return grade
+
+
+def _git(sandbox: Sandbox, args: str, cwd: str) -> str:
+    result = sandbox.exec(f"{SNAPSHOT} GIT_WORK_TREE=. git -c core.quotepath=off {args}", cwd=cwd,
+                          timeout=600, output_limit=LOG_LIMIT)
+    if not result.ok:
+        raise SandboxError(f"grader: git {args.split()[0]} failed: {result.output[-2000:]}")
+    return result.output
+
+
+def _restore_owned(sandbox: Sandbox, task: Task, cwd: str) -> None:
+    """Undo whatever the patch did to files the grader owns: restore changed/deleted ones, remove new ones."""
+    changed = _git(sandbox, "diff --name-only --no-renames", cwd).splitlines()
+    new = _git(sandbox, "ls-files --others", cwd).splitlines()
+    restore = [p for p in changed if grader_owns(p, task)]
+    remove = [p for p in new if grader_owns(p, task)]
+    if restore:
+        _git(sandbox, "checkout -- " + " ".join(shlex.quote(p) for p in restore), cwd)
+    if remove:
+        sandbox.exec(["rm", "-f", "--", *remove], cwd=cwd)
+
+
+def _grade_in(sandbox: Sandbox, task: Task, patch: str, timeout: float) -> Grade:
+    wd = task.workdir
+    apply_patch(sandbox, task.bug_patch, wd, "bug")
+    sandbox.exec(["mkdir", "-p", "/opt/patchgym/grader"])
+    _git(sandbox, "init -q && " + f"{SNAPSHOT} GIT_WORK_TREE=. git add -A && "
+         f"{SNAPSHOT} GIT_WORK_TREE=. git -c user.name=g -c user.email=g@g commit -qm snapshot", wd)
+    try:
+        apply_patch(sandbox, patch, wd, "candidate")
+    except PatchApplyError as exc:
+        return Grade(task.instance_id, False, error="apply", error_detail=str(exc))
+    _restore_owned(sandbox, task, wd)
+    try:
+        apply_patch(sandbox, task.test_patch, wd, "tests")
+    except PatchApplyError as exc:
+        raise SandboxError(f"task {task.instance_id}: its test_patch does not apply: {exc}") from exc
+
+    command = task.test_cmd or task.eval_script
+    env: dict[str, str] = {}
+    if task.log_parser == REPORT_PARSER:
+        env = report.install_report_plugin(sandbox)
+        command = f"{command} {' '.join(shlex.quote(a) for a in report.pytest_report_args(REPORT_PATH))}"
+    run = sandbox.exec(command, cwd=wd, env=env, timeout=timeout, output_limit=LOG_LIMIT)
+    if run.timed_out:
+        return Grade(task.instance_id, False, error="timeout", error_detail=f"tests ran over {timeout:g} s",
+                     exit_code=run.exit_code)
+    if task.log_parser == REPORT_PARSER:
+        try:
+            statuses = report.read_report(sandbox, REPORT_PATH)
+        except report.ReportMissing as exc:
+            statuses, detail = {}, str(exc)
+    else:
+        statuses, detail = parsers.parse_log(run.output, task.log_parser), "no test results in the log"
+    if not statuses:
+        return Grade(task.instance_id, False, error="no_tests_ran", exit_code=run.exit_code,
+                     error_detail=f"{detail}; exit code {run.exit_code}; log tail:\n{run.output[-2000:]}")
+    f2p = {t: statuses.get(t, "MISSING") for t in task.FAIL_TO_PASS}
+    p2p = {t: statuses.get(t, "MISSING") for t in task.PASS_TO_PASS}
+    resolved = all(s in PASSING for s in (*f2p.values(), *p2p.values()))
+    return Grade(task.instance_id, resolved, statuses, f2p, p2p, exit_code=run.exit_code)

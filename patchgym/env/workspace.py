@@ -1,0 +1,61 @@
+"""A task's starting state in a sandbox, and applying patches to it.
+
+The agent's workspace is a git repository whose only commit is the buggy state with the hidden test files
+removed, so neither history nor disk reveals the fix or the tests it will be graded with.
+"""
+
+import shlex
+
+from patchgym.sandbox import Sandbox, SandboxError
+from patchgym.tasks import Task, TaskError
+
+PATCH_FILE = "/tmp/.patchgym-{name}.diff"  # removed right after: a bug patch left on disk would reveal the fix
+# Tried in order, as SWE-bench does: exact first, then tolerant of whitespace and shifted context.
+APPLY_COMMANDS = (
+    "git apply --whitespace=nowarn {file}",
+    "git apply --whitespace=nowarn --ignore-whitespace --recount -C1 {file}",
+    "command -v patch >/dev/null && patch --batch --fuzz=5 -p1 -i {file}",
+)
+
+
+class PatchApplyError(RuntimeError):
+    """A patch that none of the apply strategies could apply; the message has git's complaint."""
+
+
+def apply_patch(sandbox: Sandbox, patch: str, cwd: str, name: str = "patch") -> str:
+    """Apply a unified diff in `cwd`; returns the command that worked. Empty patches are a no-op."""
+    if not patch.strip():
+        return ""
+    path = PATCH_FILE.format(name=name)
+    sandbox.write_file(path, patch if patch.endswith("\n") else patch + "\n")
+    errors = []
+    try:
+        for command in APPLY_COMMANDS:
+            cmd = command.format(file=shlex.quote(path))
+            result = sandbox.exec(cmd, cwd=cwd, timeout=120)
+            if result.ok:
+                return cmd
+            errors.append(f"$ {cmd}\n{result.output.strip()}")
+    finally:
+        sandbox.exec(["rm", "-f", path])
+    raise PatchApplyError(f"{name} does not apply in {cwd}:\n" + "\n".join(errors)[-3000:])
+
+
+def prepare_workspace(sandbox: Sandbox, task: Task) -> str:
+    """Turn a sandbox started from the task's image into the agent's workspace; returns the base commit."""
+    wd = task.workdir
+    try:
+        apply_patch(sandbox, task.bug_patch, wd, "bug")
+    except PatchApplyError as exc:
+        raise TaskError(f"task {task.instance_id}: its bug_patch does not apply to its image: {exc}") from exc
+    hidden = " ".join(shlex.quote(p) for p in task.test_files)
+    script = (
+        (f"rm -f -- {hidden} && " if hidden else "")
+        + "rm -rf .git && git init -q . && git add -A && "
+        "git -c user.name=patchgym -c user.email=patchgym@localhost commit -q --no-verify -m 'Initial state' && "
+        "git rev-parse HEAD"
+    )
+    result = sandbox.exec(script, cwd=wd, timeout=600)
+    if not result.ok:
+        raise SandboxError(f"task {task.instance_id}: could not prepare the workspace in {wd}: {result.output}")
+    return result.output.strip().splitlines()[-1]
