@@ -11,6 +11,7 @@ from patchgym.tasks import Task
 CLEAN = {
     "calc/__init__.py": "from calc.ops import add, sub\n",
     "calc/ops.py": "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n",
+    "tests/__init__.py": "",  # so pytest puts /testbed (not tests/) on sys.path and `import calc` works
     "tests/test_add.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n",
     "tests/test_sub.py": "from calc import sub\n\n\ndef test_sub():\n    assert sub(5, 3) == 2\n",
 }

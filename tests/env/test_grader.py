@@ -57,6 +57,11 @@ def adversarial(clean: dict[str, str], buggy_ops: str) -> dict[str, tuple[dict, 
         "adds a sitecustomize": ({}, {"sitecustomize.py": "import calc.ops\ncalc.ops.add = lambda a, b: a + b\n"}),
         "adds a test module that patches add at import": ({}, {"tests/test_aaa.py": (
             "import calc, calc.ops\ncalc.add = calc.ops.add = lambda a, b: a + b\n")}),
+        "shadows pytest with a module in the workspace": ({}, {"pytest.py": (
+            "import sys\nopen(sys.argv[-1].split('=', 1)[1], 'w').write("
+            "'{\"nodeid\": \"tests/test_add.py::test_add\", \"when\": \"call\", \"outcome\": \"passed\"}\\n')\n")}),
+        "shadows the report plugin": ({}, {"patchgym_report.py": (
+            "def pytest_addoption(parser):\n    parser.addoption('--patchgym-report')\n")}),
     }
 
 

@@ -110,11 +110,13 @@ def _grade_in(sandbox: Sandbox, task: Task, patch: str, timeout: float) -> Grade
         raise SandboxError(f"task {task.instance_id}: its test_patch does not apply: {exc}") from exc
 
     command = task.test_cmd or task.eval_script
-    env: dict[str, str] = {}
     if task.log_parser == REPORT_PARSER:
-        env = report.install_report_plugin(sandbox)
-        command = f"{command} {' '.join(shlex.quote(a) for a in report.pytest_report_args(REPORT_PATH))}"
-    run = sandbox.exec(command, cwd=wd, env=env, timeout=timeout, output_limit=LOG_LIMIT)
+        plugin_path = report.install_report_plugin(sandbox)["PYTHONPATH"]
+        # PYTHONSAFEPATH: `python -m pytest` must not put the workspace first on sys.path, where a file from the
+        # patch could stand in for pytest or for our plugin before either is imported.
+        command = (f"export PYTHONSAFEPATH=1 PYTHONPATH={plugin_path}${{PYTHONPATH:+:$PYTHONPATH}}; {command} "
+                   + " ".join(shlex.quote(a) for a in report.pytest_report_args(REPORT_PATH)))
+    run = sandbox.exec(command, cwd=wd, timeout=timeout, output_limit=LOG_LIMIT)
     if run.timed_out:
         return Grade(task.instance_id, False, error="timeout", error_detail=f"tests ran over {timeout:g} s",
                      exit_code=run.exit_code)

@@ -1,0 +1,13 @@
+"""Grading: which tests passed, from a test log (SWE-bench's parsers) or from pytest's own structured reports."""
+
+from patchgym.env.grading.parsers import PARSERS, parse_log
+from patchgym.env.grading.report import (
+    ReportMissing,
+    install_report_plugin,
+    parse_report,
+    pytest_report_args,
+    read_report,
+)
+
+__all__ = ["PARSERS", "ReportMissing", "install_report_plugin", "parse_log", "parse_report", "pytest_report_args",
+           "read_report"]
