@@ -18,6 +18,20 @@ from patchgym.tasks.task import Task, TaskError, read_tasks
 
 FORMATS = ("swebench", "swegym", "r2egym", "smith", "rebench")
 
+# Which parser grades which SWE-bench repository (SWE-bench's MAP_REPO_TO_PARSER_PY); others use "pytest".
+REPO_PARSERS = {
+    "astropy/astropy": "pytest_v2",
+    "django/django": "django",
+    "matplotlib/matplotlib": "matplotlib",
+    "mwaskom/seaborn": "seaborn",
+    "psf/requests": "pytest_options",
+    "pydicom/pydicom": "pytest_options",
+    "pylint-dev/pylint": "pytest_options",
+    "scikit-learn/scikit-learn": "pytest_v2",
+    "sphinx-doc/sphinx": "pytest_v2",
+    "sympy/sympy": "sympy",
+}
+
 
 @dataclass
 class ImportResult:
@@ -144,7 +158,8 @@ def _swebench_shaped(row: dict, source: str, default_image: Callable[[str], str]
         version=str(version) if isinstance(version, int | float) else _text(row, "version"),
         base_commit=_text(row, "base_commit", required=True), patch=_text(row, "patch", required=True),
         test_patch=_text(row, "test_patch"), image=_row_image(row) or default_image(instance_id),
-        eval_script=_text(row, "eval_script"), log_parser=_text(row, "log_parser"),
+        eval_script=_text(row, "eval_script"),
+        log_parser=_text(row, "log_parser") or REPO_PARSERS.get(_text(row, "repo"), "pytest"),
         hints_text=_text(row, "hints_text"), created_at=_text(row, "created_at"),
         difficulty=_text(row, "difficulty"), source=source)
 

@@ -337,3 +337,14 @@ def test_task_rows_for_the_cli_table():
     built = {"sweb.eval.x86_64.astropy__astropy-1:latest"}
     assert task_rows(tasks, built.__contains__) == [
         ("astropy__astropy-1", "astropy/astropy", 1, 1, "yes"), ("getmoto__moto-7365", "getmoto/moto", 1, 0, "no")]
+
+
+def test_swebench_rows_get_their_repos_log_parser():
+    from patchgym.env.grading import PARSERS
+
+    row = {"instance_id": "django__django-1", "repo": "django/django", "base_commit": "a", "patch": "p",
+           "problem_statement": "s", "FAIL_TO_PASS": ["t (m.C)"], "PASS_TO_PASS": []}
+    assert convert_row("swebench", row).log_parser == "django"
+    assert convert_row("swebench", {**row, "repo": "pallets/flask"}).log_parser == "pytest"
+    assert convert_row("swebench", {**row, "log_parser": "sympy"}).log_parser == "sympy"
+    assert convert_row("swebench", row).log_parser in PARSERS

@@ -13,21 +13,6 @@ STATUSES = (PASSED, FAILED, SKIPPED, ERROR, XFAIL)
 Parser = Callable[[str], dict[str, str]]
 PARSERS: dict[str, Parser] = {}
 
-# Which parser grades which SWE-bench repository (SWE-bench's MAP_REPO_TO_PARSER_PY); others use "pytest".
-REPO_PARSERS = {
-    "astropy/astropy": "pytest_v2",
-    "django/django": "django",
-    "matplotlib/matplotlib": "matplotlib",
-    "mwaskom/seaborn": "seaborn",
-    "psf/requests": "pytest_options",
-    "pydicom/pydicom": "pytest_options",
-    "pylint-dev/pylint": "pytest_options",
-    "scikit-learn/scikit-learn": "pytest_v2",
-    "sphinx-doc/sphinx": "pytest_v2",
-    "sympy/sympy": "sympy",
-}
-
-
 def register_parser(name: str) -> Callable[[Parser], Parser]:
     """Add a parser to PARSERS under `name` (the name configs and tasks use)."""
 
