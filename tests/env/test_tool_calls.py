@@ -24,7 +24,8 @@ def test_xml_call_after_reasoning():
 
 
 def test_plain_values_are_stripped_like_r2egym():
-    call = parse_tool_call("<function=execute_bash>\n<parameter=command>\n  ls -la /testbed  \n</parameter>\n</function>")
+    text = "<function=execute_bash>\n<parameter=command>\n  ls -la /testbed  \n</parameter>\n</function>"
+    call = parse_tool_call(text)
     assert call.arguments == {"command": "ls -la /testbed"}
 
 
@@ -69,6 +70,8 @@ def test_calls_inside_reasoning_are_ignored():
             "<function=search><parameter=search_term>add</parameter></function>")
     assert parse_tool_call(text).name == "search"
     assert parse_tool_call("thinking ...</think><function=finish></function>").name == "finish"
+    value = parse_tool_call("a</think><function=execute_bash><parameter=command>echo '</think>'</parameter></function>")
+    assert value.arguments == {"command": "echo '</think>'"}
 
 
 def test_no_call_is_a_format_error_with_the_expected_format():

@@ -1,0 +1,55 @@
+"""The agent's four tools, host side: install the in-sandbox script, and run a parsed tool call through it."""
+
+import json
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from patchgym.env.tools.calls import TOOL_NAMES, TOOL_SCHEMAS, FormatError, ToolCall, parse_tool_call, render_call_xml
+
+TOOLS_DIR = "/opt/patchgym/tools"
+SCRIPT_PATH = f"{TOOLS_DIR}/sandbox_tools.py"
+SCRIPT_SOURCE = (Path(__file__).parent / "sandbox_tools.py").read_text()
+FINISHED = "<<< Finished >>>"
+# Beyond the command's own timeout, what the script may take to kill it and answer.
+SCRIPT_GRACE_S = 30.0
+# Linux caps one command-line argument at 128 KiB; longer arguments (a big file_text) travel in a file.
+MAX_ARGV_CHARS = 100_000
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    observation: str  # what the model sees next
+    exit_code: int | None  # execute_bash: the command's (124 = timed out); other tools: 0, or 1 on error; finish: None
+    done: bool  # the agent called finish / submit
+
+
+def install_tools(sandbox) -> None:
+    """Put the tools script into the sandbox (one file write; safe to repeat)."""
+    sandbox.write_file(SCRIPT_PATH, SCRIPT_SOURCE, mode=0o755)
+
+
+def run_tool(sandbox, call: ToolCall, *, timeout: float = 90.0, python: str = "python3") -> ToolResult:
+    """Run `call` in the sandbox; `timeout` bounds the command (execute_bash) or the directory walk (search)."""
+    if call.name in ("finish", "submit"):
+        return ToolResult(FINISHED, None, True)
+    args = json.dumps(call.arguments)
+    if len(args) > MAX_ARGV_CHARS:
+        args_file = f"/var/tmp/patchgym-tools/args-{call.name}.json"
+        sandbox.write_file(args_file, args)
+        args = "@" + args_file
+    # -I: the task's PYTHON* variables (a PYTHONPATH into the repository, say) must not change how the tools run.
+    result = sandbox.exec([python, "-I", SCRIPT_PATH, call.name, args, f"{timeout:g}"],
+                          timeout=timeout + SCRIPT_GRACE_S)
+    if result.timed_out:
+        return ToolResult(f"Execution output of [{call.name}]:\nERROR: the tool did not answer within "
+                          f"{timeout + SCRIPT_GRACE_S:g} s and was stopped.", 124, False)
+    if not result.output.startswith(("Exit code: ", "Execution output of [")):
+        # No observation at all: the script is missing, the interpreter is, or the script crashed (a bug of ours).
+        raise RuntimeError(f"{sandbox.id}: the {call.name} tool did not run with {shlex.quote(python)} (exit "
+                           f"{result.exit_code}): {result.output.strip()[-500:]}; was install_tools(sandbox) called?")
+    return ToolResult(result.output.removesuffix("\n"), result.exit_code, False)
+
+
+__all__ = ["TOOLS_DIR", "TOOL_NAMES", "TOOL_SCHEMAS", "FormatError", "ToolCall", "ToolResult", "install_tools",
+           "parse_tool_call", "render_call_xml", "run_tool"]
