@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from patchgym.config import Config, ConfigError, load_config
+from patchgym.config import Config, ConfigError, dump_config, load_config
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Train and evaluate SWE agents with RL.")
 image_app = typer.Typer(no_args_is_help=True, help="Build images (no registry needed).")
@@ -189,3 +189,39 @@ def grade(tasks: Path = typer.Option(..., help="tasks JSONL"), instance: str = t
             console.print(result.error_detail, soft_wrap=True)
     if result.error == "infra":
         raise typer.Exit(3)
+
+
+@app.command("eval")
+def eval_(tasks: Path = typer.Option(..., help="tasks JSONL"),
+          policy: str = typer.Option(..., help="oracle (applies the gold fix) or null (submits at once)"),
+          out: Path | None = typer.Option(None, help="run directory (default: RUN_DIR/eval-<policy>-<time>)"),
+          workers: int = typer.Option(2, help="episodes at once"),
+          max_steps: int = typer.Option(100, help="tool calls per episode"),
+          timeout: float = typer.Option(1800.0, help="test run time limit when grading"),
+          limit: int | None = typer.Option(None, help="only the first N tasks"),
+          as_json: bool = typer.Option(False, "--json", help="end with one JSON line: the summary"),
+          files: list[Path] = ConfigFiles, overrides: list[str] = Overrides) -> None:
+    """Run a policy on every task and grade each final patch; results.jsonl is written as episodes finish."""
+    from patchgym.agent.reference import POLICIES
+    from patchgym.eval.run import evaluate
+    from patchgym.tasks import TaskError, read_tasks
+
+    config = _config(files, overrides)
+    if policy not in POLICIES:
+        console.print(f"[red]unknown policy {policy!r}; choose one of {', '.join(POLICIES)}[/red]")
+        raise typer.Exit(2)
+    try:
+        task_list = read_tasks(tasks)[:limit]
+    except TaskError as exc:
+        console.print(f"[red]{exc}[/red]", soft_wrap=True)
+        raise typer.Exit(2) from None
+    out = out or Path(config.run_dir) / f"eval-{policy}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.yaml").write_text(dump_config(config))
+    summary = evaluate(task_list, POLICIES[policy](), config.sandbox, out, workers=workers, max_steps=max_steps,
+                       test_timeout=timeout, progress=not as_json)
+    if as_json:
+        print(json.dumps(summary))
+    else:
+        console.print(f"{policy}: resolved {summary['resolved']}/{summary['tasks']} "
+                      f"({summary['resolve_rate']:.1%}); infra errors {summary['infra_errors']}; results in {out}")

@@ -1,0 +1,71 @@
+"""The SWE environment behind a tiny API: reset(task) -> first observation, step(text) -> StepResult, close().
+
+It parses the model's tool call itself (a bad call is a counted format error, answered with what to do), runs
+the tool in the task's sandbox, and produces the patch: the workspace's diff against its only commit, without
+the test files the grader owns.
+"""
+
+from dataclasses import dataclass, field
+
+from patchgym.env.tools import install_tools, run_tool
+from patchgym.env.tools.calls import FormatError, parse_tool_call
+from patchgym.env.workspace import prepare_workspace
+from patchgym.sandbox import Sandbox, SandboxConfig, open_sandbox
+from patchgym.tasks import Task
+
+
+@dataclass
+class StepResult:
+    observation: str
+    done: bool
+    info: dict = field(default_factory=dict)  # tool, exit_code, format_error
+
+
+class SWEEnv:
+    def __init__(self, config: SandboxConfig | None = None, *, command_timeout: float | None = None):
+        self.config = config or SandboxConfig()
+        self.command_timeout = command_timeout or self.config.exec_timeout_s
+        self.sandbox: Sandbox | None = None
+        self.task: Task | None = None
+        self.base_commit = ""
+        self.format_errors = 0
+        self.steps = 0
+
+    def reset(self, task: Task) -> str:
+        """Start the task's sandbox and workspace; returns the problem statement (the first observation)."""
+        self.close()
+        self.task, self.format_errors, self.steps = task, 0, 0
+        self.sandbox = open_sandbox(self.config.model_copy(update={"workdir": task.workdir}),
+                                    image=task.image or None)
+        self.base_commit = prepare_workspace(self.sandbox, task)
+        install_tools(self.sandbox)
+        return task.problem_statement
+
+    def step(self, action_text: str) -> StepResult:
+        """Run the one tool call in `action_text`; a SandboxError here means the episode is an infra error."""
+        if self.sandbox is None:
+            raise RuntimeError("SWEEnv.step before reset")
+        self.steps += 1
+        try:
+            call = parse_tool_call(action_text)
+        except FormatError as exc:
+            self.format_errors += 1
+            return StepResult(str(exc), False, {"format_error": True, "tool": None, "exit_code": None})
+        result = run_tool(self.sandbox, call, timeout=self.command_timeout, python=self.config.python)
+        return StepResult(result.observation, result.done,
+                          {"format_error": False, "tool": call.name, "exit_code": result.exit_code})
+
+    def patch(self) -> str:
+        """The agent's change: git diff of the whole workspace against the starting commit, binary-safe."""
+        return self.sandbox.diff(self.base_commit, cwd=self.task.workdir, exclude=tuple(self.task.test_files))
+
+    def close(self) -> None:
+        if self.sandbox is not None:
+            self.sandbox.close()
+            self.sandbox = None
+
+    def __enter__(self) -> "SWEEnv":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,55 @@
+"""The environment on a real task: a workspace that hides the fix and the tests, tools, format errors, the patch."""
+
+import pytest
+
+from patchgym.env.swe_env import SWEEnv
+from patchgym.env.tools import ToolCall, render_call_xml
+from patchgym.sandbox import SandboxConfig
+
+
+@pytest.fixture
+def env(backend, tiny_task):
+    with SWEEnv(SandboxConfig(backend=backend)) as e:
+        yield e
+
+
+def bash(command: str) -> str:
+    return render_call_xml(ToolCall("execute_bash", {"command": command}))
+
+
+def test_reset_shows_the_statement_and_a_one_commit_workspace_without_hidden_tests(env, tiny_task):
+    assert env.reset(tiny_task) == tiny_task.problem_statement
+    sb = env.sandbox
+    assert sb.exec("git log --all --oneline | wc -l").output.strip() == "1"
+    assert sb.exec("test -e tests/test_add.py").exit_code == 1
+    assert sb.exec("test -e tests/test_sub.py").ok
+    assert sb.exec("git status --porcelain").output == ""
+
+
+def test_nothing_on_disk_or_in_the_environment_reveals_the_fix(env, tiny_task):
+    env.reset(tiny_task)
+    found = env.sandbox.exec("grep -rIl --exclude-dir=proc --exclude-dir=sys -e 'left_operand + right_operand' -e 'add(2, 3) == 5' "
+                             "/ 2>/dev/null; env | grep -c 'left_operand + right_operand'", timeout=120)
+    assert found.output.strip() == "0", found.output
+
+
+def test_steps_run_tools_and_count_format_errors(env, tiny_task):
+    env.reset(tiny_task)
+    viewed = env.step(render_call_xml(ToolCall("file_editor", {"command": "view", "path": "/testbed/calc/ops.py"})))
+    assert "return left_operand - right_operand" in viewed.observation and not viewed.done
+    bad = env.step("I think I should look at the code.")
+    assert bad.info["format_error"] and "<function=" in bad.observation
+    ran = env.step(bash("python -c 'from calc import add; print(add(2, 3))'"))
+    assert "-1" in ran.observation and ran.info["exit_code"] == 0
+    assert env.step(render_call_xml(ToolCall("finish", {}))).done
+    assert env.format_errors == 1 and env.steps == 4
+
+
+def test_patch_has_every_edit_but_not_the_hidden_tests(env, tiny_task):
+    env.reset(tiny_task)
+    env.step(bash("sed -i 's/left_operand - right/left_operand + right/' calc/ops.py && echo new > notes.txt && mkdir -p tests "
+                  "&& echo 'def test_add(): pass' > tests/test_add.py && rm tests/test_sub.py"))
+    patch = env.patch()
+    assert "+    return left_operand + right_operand" in patch
+    assert "notes.txt" in patch and "deleted file mode" in patch
+    assert "tests/test_add.py" not in patch, "the grader owns the hidden test file"
