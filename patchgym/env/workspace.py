@@ -29,15 +29,16 @@ def apply_patch(sandbox: Sandbox, patch: str, cwd: str, name: str = "patch") -> 
     path = PATCH_FILE.format(name=name)
     sandbox.write_file(path, patch if patch.endswith("\n") else patch + "\n")
     errors = []
-    try:
-        for command in APPLY_COMMANDS:
-            cmd = command.format(file=shlex.quote(path))
-            result = sandbox.exec(cmd, cwd=cwd, timeout=120)
-            if result.ok:
-                return cmd
-            errors.append(f"$ {cmd}\n{result.output.strip()}")
-    finally:
-        sandbox.exec(["rm", "-f", path])
+    for i, command in enumerate(APPLY_COMMANDS):
+        cmd = command.format(file=shlex.quote(path))
+        last = i == len(APPLY_COMMANDS) - 1
+        # The file goes once it has been applied, or after the last try, in the same round trip.
+        cleanup = "true" if last else '[ "$rc" = 0 ]'
+        result = sandbox.exec(f"{cmd}; rc=$?; if {cleanup}; then rm -f {shlex.quote(path)}; fi; exit $rc",
+                              cwd=cwd, timeout=120)
+        if result.ok:
+            return cmd
+        errors.append(f"$ {cmd}\n{result.output.strip()}")
     raise PatchApplyError(f"{name} does not apply in {cwd}:\n" + "\n".join(errors)[-3000:])
 
 

@@ -82,3 +82,18 @@ def test_fix_plus_tampered_tests_still_resolves_on_its_merits(grade, make_diff, 
                               {"calc/ops.py": clean["calc/ops.py"], "tests/test_sub.py": "raise SystemExit\n"})
     g = grade(fix_and_noise)
     assert g.resolved, f"the grader's own copy of test_sub.py must be used: {g}"
+
+
+def test_apply_falls_back_to_fuzzier_strategies_and_leaves_no_patch_file(backend, base_image, make_diff):
+    from patchgym.env.workspace import PatchApplyError, apply_patch
+    from patchgym.sandbox import open_sandbox
+
+    patch = make_diff({"f.txt": "a\nb\nc\nd\n"}, {"f.txt": "a\nb\nC\nd\n"})
+    with open_sandbox(SandboxConfig(backend=backend), image=base_image) as sb:
+        sb.write_file("/testbed/f.txt", "ax\nb\nc\nd\n")  # outer context drifted: the exact apply fails
+        used = apply_patch(sb, patch, "/testbed", "drift")
+        assert "-C1" in used
+        assert sb.read_file("/testbed/f.txt") == b"ax\nb\nC\nd\n"
+        with pytest.raises(PatchApplyError, match="does not apply"):
+            apply_patch(sb, patch, "/testbed", "again")
+        assert sb.exec("ls /tmp/.patchgym-* 2>/dev/null | wc -l").output.strip() == "0"

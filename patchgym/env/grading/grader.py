@@ -25,6 +25,7 @@ REPORT_PARSER = "patchgym_report"
 REPORT_PATH = "/opt/patchgym/grader/report.jsonl"
 SNAPSHOT = "GIT_DIR=/opt/patchgym/grader/snapshot.git"
 LOG_LIMIT = 16 << 20
+_SEPARATOR = "--patchgym-untracked--"
 # Files that decide how tests run or what they check: the grader's copies always win over the patch's.
 TEST_PATH = re.compile(r"(^|/)(tests?|testing)/|(^|/)test_[^/]*\.py$|_tests?\.py$")
 CONFIG_NAMES = {"conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "sitecustomize.py",
@@ -74,7 +75,7 @@ def grade_patch(task: Task, patch: str, config: SandboxConfig | None = None, *, 
 
 
 def _git(sandbox: Sandbox, args: str, cwd: str) -> str:
-    result = sandbox.exec(f"{SNAPSHOT} GIT_WORK_TREE=. git -c core.quotepath=off {args}", cwd=cwd,
+    result = sandbox.exec(f"mkdir -p /opt/patchgym/grader && {SNAPSHOT} GIT_WORK_TREE=. git -c core.quotepath=off {args}", cwd=cwd,
                           timeout=600, output_limit=LOG_LIMIT)
     if not result.ok:
         raise SandboxError(f"grader: git {args.split()[0]} failed: {result.output[-2000:]}")
@@ -83,8 +84,9 @@ def _git(sandbox: Sandbox, args: str, cwd: str) -> str:
 
 def _restore_owned(sandbox: Sandbox, task: Task, cwd: str) -> None:
     """Undo whatever the patch did to files the grader owns: restore changed/deleted ones, remove new ones."""
-    changed = _git(sandbox, "diff --name-only --no-renames", cwd).splitlines()
-    new = _git(sandbox, "ls-files --others", cwd).splitlines()
+    listing = _git(sandbox, f"diff --name-only --no-renames && echo {_SEPARATOR} && "
+                            f"{SNAPSHOT} GIT_WORK_TREE=. git -c core.quotepath=off ls-files --others", cwd)
+    changed, _, new = (part.splitlines() for part in listing.partition(f"{_SEPARATOR}\n"))
     restore = [p for p in changed if grader_owns(p, task)]
     remove = [p for p in new if grader_owns(p, task)]
     if restore:
@@ -96,7 +98,6 @@ def _restore_owned(sandbox: Sandbox, task: Task, cwd: str) -> None:
 def _grade_in(sandbox: Sandbox, task: Task, patch: str, timeout: float) -> Grade:
     wd = task.workdir
     apply_patch(sandbox, task.bug_patch, wd, "bug")
-    sandbox.exec(["mkdir", "-p", "/opt/patchgym/grader"])
     _git(sandbox, "init -q && " + f"{SNAPSHOT} GIT_WORK_TREE=. git add -A && "
          f"{SNAPSHOT} GIT_WORK_TREE=. git -c user.name=g -c user.email=g@g commit -qm snapshot", wd)
     try:
