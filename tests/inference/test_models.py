@@ -1,0 +1,84 @@
+"""The models behind the engine: SmolLM2 from its GGUF (offline once cached) and the tiny test model."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from patchgym.inference.base import SamplingParams
+from patchgym.inference.hf import HFEngine
+from patchgym.inference.models import load_model, smollm2_dir
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    try:
+        smollm2_dir()  # the one-time conversion is not what we time
+    except (subprocess.CalledProcessError, OSError) as exc:
+        pytest.skip(f"SmolLM2 is not cached and cannot be fetched: {exc}")
+    start = time.perf_counter()
+    model, tokenizer = load_model("smollm2")
+    assert time.perf_counter() - start < 30
+    return model, tokenizer
+
+
+def test_smollm2_cache_is_plain_safetensors_without_sampling_defaults():
+    config = json.loads((smollm2_dir() / "config.json").read_text())
+    generation = json.loads((smollm2_dir() / "generation_config.json").read_text())
+    assert "quantization_config" not in config and config["max_position_embeddings"] == 8192
+    assert not {"temperature", "top_p", "top_k", "do_sample"} & generation.keys()
+    assert list(smollm2_dir().glob("*.safetensors"))
+
+
+def test_smollm2_tokens_and_template(smollm2):
+    """What the GGUF carries matches SmolLM2-Instruct's own tokenizer: ChatML ids and special tokens."""
+    _, tok = smollm2
+    assert (tok.bos_token, tok.eos_token, tok.pad_token, tok.unk_token) == (
+        "<|im_start|>",
+        "<|im_end|>",
+        "<|im_end|>",
+        "<|endoftext|>",
+    )
+    assert (tok.bos_token_id, tok.eos_token_id, tok.model_max_length) == (1, 2, 8192)
+    assert tok("hi")["input_ids"] == [6004]  # no BOS is prepended
+    assert tok("<file_sep>x")["input_ids"][0] == 5  # the 17 StarCoder-style special tokens stay single tokens
+    assert tok.convert_ids_to_tokens(tok("x 2024")["input_ids"]) == ["x", "Ġ", "2", "0", "2", "4"]
+    text = tok.apply_chat_template([{"role": "user", "content": "Hi"}], add_generation_prompt=True, tokenize=False)
+    assert text == (
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    )
+
+
+def test_smollm2_answers_and_tokens_round_trip_through_the_template(smollm2):
+    model, tok = smollm2
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    prompt = tok.apply_chat_template(messages, add_generation_prompt=True, return_dict=False)
+    with HFEngine(model, tok) as engine:
+        gen = engine.generate(prompt, SamplingParams(temperature=0, max_new_tokens=40))
+    assert gen.finish_reason == "stop" and gen.token_ids[-1] == tok.eos_token_id
+    answer = tok.decode(gen.token_ids, skip_special_tokens=True)
+    assert "Paris" in answer
+    # Token-in/token-out: the template re-rendering of the conversation is the same ids (plus its newline).
+    full = tok.apply_chat_template(messages + [{"role": "assistant", "content": answer}], return_dict=False)
+    assert full == prompt + gen.token_ids + tok("\n")["input_ids"]
+
+
+def test_smollm2_loads_with_the_network_off(smollm2):
+    """Once cached, loading needs no hub and no PyPI: run it in a process where both are switched off."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PIP_NO_INDEX": "1", "HTTPS_PROXY": "http://127.0.0.1:9"}
+    code = "from patchgym.inference.models import load_model; m, t = load_model('smollm2'); print(t.eos_token)"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().endswith("<|im_end|>")
+
+
+def test_tiny_model_is_tiny_and_reproducible():
+    a, tok = load_model("tiny")
+    b, _ = load_model("tiny")
+    params = sum(p.numel() for p in a.parameters())
+    assert params < 2_000_000 and a.config.vocab_size == len(tok) == 49152
+    assert all((x == y).all() for x, y in zip(a.state_dict().values(), b.state_dict().values()))
