@@ -12,6 +12,7 @@ from typing import Any, TypeVar, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from patchgym.agent.config import AgentConfig
 from patchgym.sandbox.config import SandboxConfig
 
 M = TypeVar("M", bound=BaseModel)
@@ -30,6 +31,7 @@ class Config(BaseModel):
     run_dir: str = Field("runs", description="where run directories are created")
     seed: int = Field(0, description="seed for every random choice of the run")
     sandbox: SandboxConfig = SandboxConfig()
+    agent: AgentConfig = AgentConfig()
 
 
 def load_config(

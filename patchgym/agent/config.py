@@ -1,0 +1,110 @@
+"""The agent's config section: prompts as Jinja templates, the limits that end a trajectory, and sampling."""
+
+from typing import Literal
+
+import jinja2
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from patchgym.inference import SamplingParams
+
+SYSTEM_PROMPT = """\
+You are a programming agent. You are given a GitHub issue and a bash environment with the repository in /testbed, \
+and your job is to change the repository's non-test files so that the issue is resolved.
+
+You have these tools:
+{% for tool in tools %}
+
+## {{ tool.function.name }}
+{{ tool.function.description }}
+Parameters:
+{% for name, spec in tool.function.parameters.properties.items() %}
+- {{ name }} ({{ spec.type }}{% if name in tool.function.parameters.required %}, required{% endif %}): \
+{{ spec.description }}
+{% endfor %}
+{% endfor %}
+
+Call exactly one tool per response, in this format:
+<function=TOOL_NAME>
+<parameter=PARAM_NAME>value</parameter>
+</function>
+You may think before the call. The tool's output comes back in the next message.
+"""
+
+INSTANCE_PROMPT = """\
+Consider the following GitHub issue:
+<github_issue>
+{{ problem_statement }}
+</github_issue>
+
+Implement the changes to the repository in {{ workdir }} that resolve the issue. The tests the issue needs are \
+already taken care of: do not modify any test files or testing logic.
+
+Tips:
+1. Start by exploring the repository to learn its structure.
+2. Write a small script that reproduces the error and run it to confirm the error.
+3. Edit the source code to resolve the issue; keep the change minimal.
+4. Run your script again to confirm the error is fixed, and think about edge cases.
+5. View large files in ranges of 50 to 100 lines.
+6. The current directory is already {{ workdir }}: use paths relative to it, or absolute ones.
+7. Delete your scratch scripts, then call finish.
+"""
+
+OBSERVATION = """\
+{{ observation }}
+
+Steps remaining: {{ steps_remaining }}"""
+
+# trim_blocks: a line that holds only a {% for %} or {% if %} tag leaves no blank line behind.
+_JINJA = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True)
+
+
+class SamplingConfig(BaseModel):
+    """Per-turn sampling; the defaults are the unbiased behaviour policy that RL needs (SPEC §7)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    temperature: float = Field(1.0, ge=0, description="0 = greedy")
+    top_p: float = Field(1.0, gt=0, le=1, description="1 = off")
+    top_k: int = Field(0, ge=0, description="0 = off")
+    min_p: float = Field(0.0, ge=0, lt=1, description="0 = off")
+    max_new_tokens: int = Field(1024, ge=1, description="most tokens one turn may sample")
+    seed: int | None = Field(None, description="turn t samples with seed + t; null = fresh randomness")
+
+    def params(self, turn: int, max_new_tokens: int) -> SamplingParams:
+        seed = None if self.seed is None else self.seed + turn  # one seed for all turns would correlate them
+        return SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, min_p=self.min_p,
+                              max_new_tokens=max_new_tokens, seed=seed)
+
+
+class AgentConfig(BaseModel):
+    """The ReAct agent: prompts, limits (each ends a trajectory with its own termination reason) and sampling."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    system_prompt: str = Field(SYSTEM_PROMPT, description="Jinja; variables: tools (the tool schemas)")
+    instance_prompt: str = Field(INSTANCE_PROMPT, description="Jinja; variables: problem_statement, workdir, task")
+    observation_template: str = Field(OBSERVATION, description="Jinja; variables: observation, steps_remaining")
+    observation_role: Literal["user", "tool"] = Field(
+        "user", description="chat role of observations; 'user' works with every chat template")
+    max_steps: int = Field(50, ge=1, description="turns before `max_steps` (eval uses 100)")
+    max_context_tokens: int = Field(8192, ge=16, description=(
+        "prompt + all sampled tokens, checked before each generation (`max_context`); a turn cut to fit still "
+        "gets its unsampled closing (ChatML: 2 tokens) after it"))
+    max_seconds: float = Field(1800.0, gt=0, description="wall clock per trajectory before `timeout`")
+    max_format_errors: int = Field(5, ge=1, description="consecutive turns without a valid tool call")
+    command_timeout_s: float = Field(90.0, gt=0, description="per tool command, inside the sandbox")
+    sampling: SamplingConfig = SamplingConfig()
+
+    @field_validator("system_prompt", "instance_prompt", "observation_template")
+    @classmethod
+    def _compiles(cls, text: str) -> str:
+        try:
+            _JINJA.from_string(text)
+        except jinja2.TemplateSyntaxError as exc:
+            raise ValueError(f"invalid Jinja template (line {exc.lineno}): {exc.message}") from None
+        return text
+
+
+def render(template: str, **variables: object) -> str:
+    """Render one of the config's Jinja templates; an unknown variable is an error, not an empty string."""
+    return _JINJA.from_string(template).render(**variables)

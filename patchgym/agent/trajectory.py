@@ -1,0 +1,81 @@
+"""The trajectory record: the chat the model saw, and per turn the exact token ids it was given and sampled.
+
+The token sequence of a trajectory is the concatenation, over turns, of prompt_ids + completion_ids + close_ids;
+only completion_ids were sampled (see patchgym.agent.tokens).
+"""
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Termination = Literal["submitted", "max_steps", "max_context", "timeout", "format_errors", "infra_error"]
+
+
+class Turn(BaseModel):
+    """One model turn and the environment's answer to it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prompt_ids: list[int] = Field(description="ids added before this turn's sampling: the whole first prompt on "
+                                              "turn 0, then the previous observation's segment")
+    completion_ids: list[int] = Field(description="exactly as sampled, including the end-of-turn token")
+    logprobs: list[float] = Field(description="the sampled tokens' logprobs, one per completion id")
+    finish_reason: str = Field(description="the engine's: stop or length")
+    close_ids: list[int] = Field(description="template tokens that close the assistant message after the sampled "
+                                             "ids (SmolLM2: the newline after <|im_end|>); never sampled")
+    action: str = Field(description="the assistant message content: the sampled ids decoded, end-of-turn dropped")
+    tool_call: dict | None = Field(None, description="{name, arguments} as parsed; null on a format error")
+    format_error: bool = False
+    observation: str = Field("", description="the environment's answer (before the steps-remaining note)")
+    exit_code: int | None = None
+    generate_s: float = 0.0
+    step_s: float = 0.0
+
+
+class Trajectory(BaseModel):
+    """Everything one episode produced; written after every turn, so a crash leaves what happened so far."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task_id: str
+    messages: list[dict[str, str]] = Field(default_factory=list, description="the chat the model saw, in order; "
+                                           "its template rendering is the token sequence")
+    turns: list[Turn] = Field(default_factory=list)
+    patch: str = ""
+    termination: Termination | None = Field(None, description="null only while running (or after a crash)")
+    error: str | None = Field(None, description="what went wrong, for infra_error")
+    grade: dict | None = Field(None, description="filled in by whoever grades the patch")
+    engine: dict = Field(default_factory=dict, description="engine class and model")
+    sampling: dict = Field(default_factory=dict)
+    started_at: float = Field(0.0, description="unix time")
+    seconds: float = 0.0
+
+    @property
+    def steps(self) -> int:
+        return len(self.turns)
+
+    @property
+    def format_errors(self) -> int:
+        return sum(t.format_error for t in self.turns)
+
+    def save_atomic(self, path: str | Path) -> None:
+        """Write the JSON to a temporary file beside `path`, then rename it over `path`: readers never see half."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(self.model_dump_json())
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Trajectory":
+        return cls.model_validate_json(Path(path).read_text())

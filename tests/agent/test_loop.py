@@ -1,0 +1,127 @@
+"""The agent loop on the tiny task in a real sandbox: a scripted fake engine for each termination reason, and the
+tiny random model for a real two-step episode."""
+
+import pytest
+
+from patchgym.agent import tokens
+from patchgym.agent.config import AgentConfig
+from patchgym.agent.loop import open_env, run_agent
+from patchgym.agent.reference import OraclePolicy
+from patchgym.agent.trajectory import Trajectory
+from patchgym.env.grading.grader import grade_patch
+from patchgym.env.tools import ToolCall, render_call_xml
+from patchgym.inference.hf import HFEngine
+from patchgym.sandbox import SandboxConfig
+
+VIEW = render_call_xml(ToolCall("file_editor", {"command": "view", "path": "/testbed/calc/ops.py"}))
+FINISH = render_call_xml(ToolCall("finish", {}))
+
+
+@pytest.fixture
+def sandbox_config(backend):
+    return SandboxConfig(backend=backend)
+
+
+def episode(engine, task, sandbox_config, save_path=None, **limits):
+    config = AgentConfig(**limits)
+    with open_env(sandbox_config, config) as env:
+        return run_agent(task, engine, env, config, save_path=save_path)
+
+
+def oracle_actions(task) -> list[str]:
+    oracle = OraclePolicy()
+    return [oracle.act(task, "", 0), VIEW, oracle.act(task, "", 1)]
+
+
+def test_scripted_oracle_submits_a_patch_that_resolves_the_task(scripted, tiny_task, sandbox_config, tmp_path):
+    engine = scripted(oracle_actions(tiny_task))
+    trajectory = episode(engine, tiny_task, sandbox_config, save_path=tmp_path / "t.json")
+    assert trajectory.termination == "submitted" and trajectory.steps == 3
+    assert trajectory.turns[0].exit_code == 0 and "left_operand + right_operand" in trajectory.turns[1].observation
+    assert trajectory.turns[2].tool_call == {"name": "finish", "arguments": {}}
+    assert grade_patch(tiny_task, trajectory.patch, sandbox_config).resolved
+    assert Trajectory.load(tmp_path / "t.json") == trajectory
+
+
+def test_the_engine_saw_exactly_the_rendering_of_the_messages(scripted, tiny_task, sandbox_config, tokenizer):
+    engine = scripted(oracle_actions(tiny_task))
+    trajectory = episode(engine, tiny_task, sandbox_config)
+    input_ids, mask, logprobs = tokens.build_training_sequence(trajectory)
+    assert input_ids == tokens.render_ids(tokenizer, trajectory.messages, add_generation_prompt=False)
+    for turn, prompt in zip(trajectory.turns, engine.prompts):  # each prompt extends the previous sequence
+        assert input_ids[: len(prompt)] == prompt
+        assert input_ids[len(prompt): len(prompt) + len(turn.completion_ids)] == turn.completion_ids
+    assert sum(mask) == sum(len(t.completion_ids) for t in trajectory.turns)
+    assert [m["role"] for m in trajectory.messages] == ["system", "user"] + ["assistant", "user"] * 2 + ["assistant"]
+    assert trajectory.messages[3]["content"].endswith("\n\nSteps remaining: 49")
+
+
+@pytest.mark.parametrize("limits, actions, reason, steps", [
+    ({"max_steps": 2}, [VIEW], "max_steps", 2),
+    ({"max_format_errors": 2}, [VIEW, "no call", "still none"], "format_errors", 3),
+    ({"max_seconds": 0.001}, [VIEW], "timeout", 0),
+])
+def test_each_limit_ends_with_its_reason(scripted, tiny_task, sandbox_config, limits, actions, reason, steps):
+    trajectory = episode(scripted(actions), tiny_task, sandbox_config, **limits)
+    assert (trajectory.termination, trajectory.steps) == (reason, steps)
+
+
+def test_the_context_limit_is_checked_before_each_generation(scripted, tiny_task, sandbox_config):
+    one = episode(scripted([VIEW]), tiny_task, sandbox_config, max_steps=1).turns[0]
+    prompt, turn = len(one.prompt_ids), len(one.prompt_ids + one.completion_ids + one.close_ids)
+    assert one.finish_reason == "stop"
+    no_room = episode(scripted([VIEW]), tiny_task, sandbox_config, max_context_tokens=prompt)
+    assert (no_room.termination, no_room.steps) == ("max_context", 0)
+    # Room for one turn but not for the observation after it.
+    one_turn = episode(scripted([VIEW]), tiny_task, sandbox_config, max_context_tokens=turn + 5)
+    assert (one_turn.termination, one_turn.steps) == ("max_context", 1)
+    # A turn is cut to fit: the completion gets only the room left, and the closing is appended unsampled.
+    cut = episode(scripted([VIEW]), tiny_task, sandbox_config, max_context_tokens=prompt + 10)
+    assert cut.turns[0].finish_reason == "length" and len(cut.turns[0].completion_ids) == 10
+    assert cut.termination == "max_context"
+
+
+def test_a_dead_sandbox_is_an_infra_error(scripted, tiny_task, sandbox_config, tmp_path):
+    config = AgentConfig()
+    with open_env(sandbox_config, config) as env:
+        class KillsTheSandbox:
+            """Wraps the fake engine; kills the sandbox before the second answer."""
+
+            tokenizer = scripted([]).tokenizer
+            inner = scripted([VIEW])
+
+            def generate(self, prompt_ids, params):
+                if self.inner.prompts:
+                    env.sandbox.close()
+                return self.inner.generate(prompt_ids, params)
+
+        engine = KillsTheSandbox()
+        trajectory = run_agent(tiny_task, engine, env, config, save_path=tmp_path / "t.json")
+    assert trajectory.termination == "infra_error" and trajectory.error and trajectory.steps == 2
+    assert trajectory.turns[-1].observation == "" and trajectory.messages[-1]["role"] == "assistant"
+    assert Trajectory.load(tmp_path / "t.json").termination == "infra_error"
+
+
+def test_the_tiny_model_plays_two_steps_and_each_turn_is_saved(tiny, tiny_task, sandbox_config, tmp_path):
+    path = tmp_path / "traj.json"
+    seen: list[int] = []
+
+    class Watched(HFEngine):
+        def generate(self, prompt_ids, params=None):
+            seen.append(Trajectory.load(path).steps if path.exists() else -1)
+            return super().generate(prompt_ids, params)
+
+    with Watched(*tiny) as engine:
+        trajectory = episode(engine, tiny_task, sandbox_config, save_path=path, max_steps=2,
+                             sampling={"max_new_tokens": 24, "seed": 0})
+    assert seen == [-1, 1]  # before the second turn, the file held the first
+    assert trajectory.termination == "max_steps" and trajectory.format_errors == 2
+    saved = Trajectory.load(path)
+    assert saved == trajectory and saved.engine["class"] == "Watched"
+    for turn in saved.turns:
+        assert len(turn.logprobs) == len(turn.completion_ids) <= 24
+        assert all(lp <= 0 for lp in turn.logprobs)
+        ends = turn.completion_ids[-1:] == [tiny[1].eos_token_id]
+        assert tiny[1].decode(turn.completion_ids[:-1] if ends else turn.completion_ids) == turn.action
+    input_ids, mask, _ = tokens.build_training_sequence(saved)
+    assert sum(mask) == sum(len(t.completion_ids) for t in saved.turns)
