@@ -225,3 +225,25 @@ def eval_(tasks: Path = typer.Option(..., help="tasks JSONL"),
     else:
         console.print(f"{policy}: resolved {summary['resolved']}/{summary['tasks']} "
                       f"({summary['resolve_rate']:.1%}); infra errors {summary['infra_errors']}; results in {out}")
+
+
+@tasks_app.command("build")
+def tasks_build(packages: str = typer.Option(..., help="comma-separated package names from the recipes"),
+                per_package: int = typer.Option(3, help="tasks wanted per package"),
+                seed: int = typer.Option(0, help="mutation order seed (same seed, same tasks)"),
+                out: Path = typer.Option(..., "--out", "-o", help="output directory (resumable)"),
+                workers: int = typer.Option(2, help="validation runs at once"),
+                files: list[Path] = ConfigFiles, overrides: list[str] = Overrides) -> None:
+    """Make validated tasks offline from PyPI sdists by AST mutation (SWE-smith style); resumes where it stopped."""
+    from patchgym.tasks.factory.build import build_tasks
+
+    config = _config(files, overrides)
+    names = [p.strip() for p in packages.split(",") if p.strip()]
+    try:
+        result = build_tasks(names, per_package, seed, out, backend=config.sandbox.backend, workers=workers)
+    except KeyError as exc:
+        console.print(f"[red]{exc.args[0]}[/red]", soft_wrap=True)
+        raise typer.Exit(2) from None
+    console.print(f"{result['tasks']} tasks -> {result['tasks_file']}")
+    if not result["tasks"]:
+        raise typer.Exit(1)

@@ -149,3 +149,18 @@ def tiny():
         return tiny_model()
     except (subprocess.CalledProcessError, OSError) as exc:
         pytest.skip(f"SmolLM2's tokenizer is not cached and cannot be fetched: {exc}")
+
+
+CI_PACKAGES = ["cachetools", "isodate"]
+
+
+@pytest.fixture(scope="session")
+def ci_tasks(backend):
+    """The CI task set (2 packages x 3 factory tasks), built once per backend and kept (the build resumes)."""
+    from patchgym import paths
+    from patchgym.tasks import read_tasks
+    from patchgym.tasks.factory.build import build_tasks
+
+    out = paths.store_dir() / "factory-ci" / backend
+    build_tasks(CI_PACKAGES, 3, seed=0, out_dir=out, backend=backend, progress=False)
+    return read_tasks(out / "tasks.jsonl")

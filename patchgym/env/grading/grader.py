@@ -26,6 +26,7 @@ REPORT_PATH = "/opt/patchgym/grader/report.jsonl"
 SNAPSHOT = "GIT_DIR=/opt/patchgym/grader/snapshot.git"
 LOG_LIMIT = 16 << 20
 _SEPARATOR = "--patchgym-untracked--"
+_CREATED = re.compile(r"^--- /dev/null\n\+\+\+ b/(.+)$", re.MULTILINE)
 # Files that decide how tests run or what they check: the grader's copies always win over the patch's.
 TEST_PATH = re.compile(r"(^|/)(tests?|testing)/|(^|/)test_[^/]*\.py$|_tests?\.py$")
 CONFIG_NAMES = {"conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "sitecustomize.py",
@@ -105,6 +106,9 @@ def _grade_in(sandbox: Sandbox, task: Task, patch: str, timeout: float) -> Grade
     except PatchApplyError as exc:
         return Grade(task.instance_id, False, error="apply", error_detail=str(exc))
     _restore_owned(sandbox, task, wd)
+    created = _CREATED.findall(task.test_patch)
+    if created:  # files the test_patch makes from nothing (a factory task's hidden tests) go first
+        sandbox.exec(["rm", "-f", "--", *created], cwd=wd)
     try:
         apply_patch(sandbox, task.test_patch, wd, "tests")
     except PatchApplyError as exc:
