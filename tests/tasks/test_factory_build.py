@@ -5,20 +5,22 @@ import shlex
 
 import pytest
 
+from patchgym import paths
 from patchgym.env.grading import report
 from patchgym.sandbox import SandboxConfig, open_sandbox
 from patchgym.tasks import read_tasks
 from patchgym.tasks.factory.build import build_tasks
 from patchgym.tasks.factory.sources import WORKDIR, load_recipes
 
-PACKAGES = ["cachetools", "isodate"]
+PACKAGES = ["cachetools", "isodate"]  # the CI set of tests/conftest.py
 PER_PACKAGE = 3
 REPORT = "/tmp/check-report.jsonl"
 
 
 @pytest.fixture(scope="module")
-def built(backend, tmp_path_factory):
-    out = tmp_path_factory.mktemp("factory")
+def built(backend, ci_tasks):
+    """The shared CI set's directory (see tests/conftest.py); building into it again resumes, so this is cheap."""
+    out = paths.store_dir() / "factory-ci" / backend
     summary = build_tasks(PACKAGES, PER_PACKAGE, seed=0, out_dir=out, backend=backend, progress=False)
     return backend, out, summary
 
