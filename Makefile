@@ -21,6 +21,9 @@ image: host install
 demo: image
 	$(BIN)/patchgym doctor
 	$(BIN)/patchgym smoke --backend docker --backend local
+	$(BIN)/patchgym tasks build --packages isodate,toolz --per-package 3 --out runs/demo-tasks
+	$(BIN)/patchgym eval --tasks runs/demo-tasks/tasks.jsonl --policy oracle --out runs/demo-oracle
+	$(BIN)/patchgym eval --tasks runs/demo-tasks/tasks.jsonl --policy null --out runs/demo-null
 
 test: image
 	$(BIN)/pytest
