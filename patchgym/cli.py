@@ -228,7 +228,7 @@ def eval_(tasks: Path = typer.Option(..., help="tasks JSONL"),
 
 
 @tasks_app.command("build")
-def tasks_build(packages: str = typer.Option(..., help="comma-separated package names from the recipes"),
+def tasks_build(packages: str = typer.Option(..., help="comma-separated package names from the recipes, or all"),
                 per_package: int = typer.Option(3, help="tasks wanted per package"),
                 seed: int = typer.Option(0, help="mutation order seed (same seed, same tasks)"),
                 out: Path = typer.Option(..., "--out", "-o", help="output directory (resumable)"),
@@ -236,9 +236,10 @@ def tasks_build(packages: str = typer.Option(..., help="comma-separated package 
                 files: list[Path] = ConfigFiles, overrides: list[str] = Overrides) -> None:
     """Make validated tasks offline from PyPI sdists by AST mutation (SWE-smith style); resumes where it stopped."""
     from patchgym.tasks.factory.build import build_tasks
+    from patchgym.tasks.factory.sources import load_recipes
 
     config = _config(files, overrides)
-    names = [p.strip() for p in packages.split(",") if p.strip()]
+    names = list(load_recipes()) if packages == "all" else [p.strip() for p in packages.split(",") if p.strip()]
     try:
         result = build_tasks(names, per_package, seed, out, backend=config.sandbox.backend, workers=workers)
     except KeyError as exc:
