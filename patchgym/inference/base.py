@@ -48,11 +48,13 @@ class Generation:
         top-k/top-p/min-p truncation (vLLM's "processed" logprobs); for greedy (T = 0) it is log softmax(logits).
         With the default params this is exactly the behaviour policy's logprob that PPO/IS ratios need.
     finish_reason: "stop" (a stop/eos token was sampled) or "length" (max_new_tokens or the model's context).
+    exact: False when token_ids were re-tokenised from a remote server's text (it did not return its ids).
     """
 
     token_ids: list[int]
     logprobs: list[float]
     finish_reason: str
+    exact: bool = True
 
 
 class Engine(Protocol):
