@@ -193,21 +193,27 @@ def grade(tasks: Path = typer.Option(..., help="tasks JSONL"), instance: str = t
 
 @app.command("eval")
 def eval_(tasks: Path = typer.Option(..., help="tasks JSONL"),
-          policy: str = typer.Option(..., help="oracle (applies the gold fix) or null (submits at once)"),
-          out: Path | None = typer.Option(None, help="run directory (default: RUN_DIR/eval-<policy>-<time>)"),
-          workers: int = typer.Option(2, help="episodes at once"),
-          max_steps: int = typer.Option(100, help="tool calls per episode"),
-          timeout: float = typer.Option(1800.0, help="test run time limit when grading"),
+          model: str | None = typer.Option(None, help="smollm2 (offline default), tiny, a model dir or hub id "
+                                                      "(sets inference.model)"),
+          engine: str | None = typer.Option(None, help="hf or openai (sets inference.engine)"),
+          policy: str | None = typer.Option(None, help="instead of a model: oracle (applies the gold fix) or null"),
+          runs: int = typer.Option(1, min=1, help="attempts per task: Pass@1 is their mean, Pass@k for k <= runs"),
+          out: Path | None = typer.Option(None, help="run directory; rerunning with it resumes "
+                                                     "(default: RUN_DIR/eval-<model>-<time>)"),
           limit: int | None = typer.Option(None, help="only the first N tasks"),
           as_json: bool = typer.Option(False, "--json", help="end with one JSON line: the summary"),
           files: list[Path] = ConfigFiles, overrides: list[str] = Overrides) -> None:
-    """Run a policy on every task and grade each final patch; results.jsonl is written as episodes finish."""
+    """Run the agent on every task `runs` times, grade each final patch, write summary.json and preds.jsonl."""
     from patchgym.agent.reference import POLICIES
-    from patchgym.eval.run import evaluate
+    from patchgym.eval.run import evaluate, summary_table
+    from patchgym.rollout import ModelAgent, ScriptedAgent
     from patchgym.tasks import TaskError, read_tasks
 
-    config = _config(files, overrides)
-    if policy not in POLICIES:
+    extra = [f"inference.model={model}"] * bool(model) + [f"inference.engine={engine}"] * bool(engine)
+    config = _config(files, [*extra, *(overrides or [])])
+    if "max_steps" not in config.agent.model_fields_set:
+        config.agent.max_steps = 100  # the evaluation default (training's is 50)
+    if policy is not None and policy not in POLICIES:
         console.print(f"[red]unknown policy {policy!r}; choose one of {', '.join(POLICIES)}[/red]")
         raise typer.Exit(2)
     try:
@@ -215,16 +221,85 @@ def eval_(tasks: Path = typer.Option(..., help="tasks JSONL"),
     except TaskError as exc:
         console.print(f"[red]{exc}[/red]", soft_wrap=True)
         raise typer.Exit(2) from None
-    out = out or Path(config.run_dir) / f"eval-{policy}-{time.strftime('%Y%m%d-%H%M%S')}"
+    name = policy or Path(config.inference.model).name
+    out = out or Path(config.run_dir) / f"eval-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(dump_config(config))
-    summary = evaluate(task_list, POLICIES[policy](), config.sandbox, out, workers=workers, max_steps=max_steps,
-                       test_timeout=timeout, progress=not as_json)
+    if policy is not None:
+        agent, closing = ScriptedAgent(POLICIES[policy](), config.agent), None
+    else:
+        from patchgym.inference.factory import make_engine
+
+        closing = make_engine(config.inference)
+        agent = ModelAgent(closing, config.agent, model=config.inference.model)
+    try:
+        summary = evaluate(task_list, agent, config.sandbox, out, runs=runs, rollout=config.rollout,
+                           model_name=name, progress=not as_json)
+    finally:
+        if closing is not None:
+            closing.close()
     if as_json:
         print(json.dumps(summary))
     else:
-        console.print(f"{policy}: resolved {summary['resolved']}/{summary['tasks']} "
-                      f"({summary['resolve_rate']:.1%}); infra errors {summary['infra_errors']}; results in {out}")
+        console.print(summary_table(summary, title=f"eval {name} -> {out}"))
+
+
+@app.command("check-tokens")
+def check_tokens(run: Path = typer.Argument(..., help="a run directory (or a trajectories .jsonl/.json file)"),
+                 model: str | None = typer.Option(None, help="tokenizer to check against (default: the run's model)"),
+                 as_json: bool = typer.Option(False, "--json", help="print the result as one JSON object")) -> None:
+    """Check every trajectory's tokens: segments equal the chat template's rendering, samples decode to the text.
+
+    Exit 0 only when both hold for every trajectory; non-canonical samples are counted as information.
+    """
+    from patchgym.agent.check_tokens import check_run, run_model_spec
+    from patchgym.inference.models import load_tokenizer
+
+    spec = model or run_model_spec(run if run.is_dir() else run.parent)
+    if not spec:
+        console.print(f"[red]{run} has no run.json naming its model; pass --model[/red]")
+        raise typer.Exit(2)
+    try:
+        result = check_run(run, load_tokenizer(spec))
+    except (FileNotFoundError, ValueError) as exc:
+        console.print(f"[red]{exc}[/red]", soft_wrap=True)
+        raise typer.Exit(2) from None
+    summary = result.summary()
+    if as_json:
+        print(json.dumps(summary))
+    else:
+        for check in result.trajectories:
+            for error in check.errors[:5]:
+                console.print(f"[red]{check.trajectory_id}: {error}[/red]", soft_wrap=True)
+        console.print(f"{summary['trajectories']} trajectories, {summary['failed']} failed; "
+                      f"{summary['sampled_segments']} sampled segments, {summary['non_canonical_segments']} "
+                      "non-canonical (a re-tokenising pipeline would train on other tokens there)")
+    if not result.ok:
+        raise typer.Exit(1)
+
+
+@app.command()
+def serve(model: str = typer.Option(..., help='"smollm2", "tiny", a model directory or a hub id'),
+          port: int = typer.Option(..., help="port to listen on (0 = any free port)"),
+          host: str = typer.Option("127.0.0.1", help="address to listen on"),
+          max_batch: int = typer.Option(8, help="requests decoded together"),
+          device: str = typer.Option("cpu", help="torch device"),
+          threads: int = typer.Option(1, help="torch CPU threads")) -> None:
+    """Serve a model over an OpenAI-compatible API (exact token ids and logprobs) until Ctrl-C or SIGTERM."""
+    import torch
+
+    from patchgym.inference.hf import HFEngine
+    from patchgym.inference.server import serve as start_server
+
+    torch.set_num_threads(threads)
+    with HFEngine.from_spec(model, device=device, max_batch=max_batch) as engine, \
+            start_server(engine, host, port, model_name=model) as server:
+        print(f"serving {model} at {server.base_url} (Ctrl-C to stop)", flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
 
 
 @tasks_app.command("build")

@@ -13,6 +13,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from patchgym.agent.config import AgentConfig
+from patchgym.inference.config import InferenceConfig
+from patchgym.rollout.config import RolloutConfig
 from patchgym.sandbox.config import SandboxConfig
 
 M = TypeVar("M", bound=BaseModel)
@@ -32,6 +34,8 @@ class Config(BaseModel):
     seed: int = Field(0, description="seed for every random choice of the run")
     sandbox: SandboxConfig = SandboxConfig()
     agent: AgentConfig = AgentConfig()
+    inference: InferenceConfig = InferenceConfig()
+    rollout: RolloutConfig = RolloutConfig()
 
 
 def load_config(

@@ -84,11 +84,12 @@ def test_override_null_list_and_new_intermediate_dicts():
     assert load_config(overrides=["items=[{name: n}]"], model=Listy).items == [Item(name="n")]
 
 
-def test_default_yaml_equals_the_defaults_and_lists_every_sandbox_field():
+def test_default_yaml_equals_the_defaults_and_lists_every_field():
     assert load_config([DEFAULT_YAML]) == Config()
     raw = yaml.safe_load(DEFAULT_YAML.read_text())
     assert set(raw) == set(Config.model_fields)
-    assert set(raw["sandbox"]) == set(SandboxConfig.model_fields)
+    for section in ("sandbox", "inference", "rollout"):
+        assert set(raw[section]) == set(type(getattr(Config(), section)).model_fields), section
 
 
 def test_dump_then_load_round_trips(tmp_path):
@@ -111,7 +112,7 @@ def test_unknown_key_lists_allowed_keys_and_suggests_the_closest(tmp_path):
 def test_unknown_top_level_key_without_a_close_match():
     msg = error(overrides=["zzz=1"])
     assert "zzz (from override 'zzz=1')" in msg
-    assert "allowed keys at the top level: agent, run_dir, sandbox, seed" in msg
+    assert "allowed keys at the top level: agent, inference, rollout, run_dir, sandbox, seed" in msg
     assert "did you mean" not in msg
 
 

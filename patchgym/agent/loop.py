@@ -2,9 +2,14 @@
 
 Each trajectory ends with exactly one termination reason (patchgym.agent.trajectory.Termination); the record is
 saved after every turn and once more at the end, also when an exception escapes.
+
+`arun_agent` is the loop itself, a coroutine: generation is awaited (so many trajectories share one batching engine)
+and the environment's blocking calls run in worker threads. `run_agent` is the same loop for one caller.
 """
 
+import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from patchgym.agent import tokens
@@ -12,7 +17,7 @@ from patchgym.agent.config import AgentConfig, render
 from patchgym.agent.trajectory import Trajectory, Turn
 from patchgym.env.swe_env import SWEEnv
 from patchgym.env.tools import TOOL_SCHEMAS, parse_tool_call
-from patchgym.inference import Engine
+from patchgym.inference import Engine, Generation, SamplingParams
 from patchgym.sandbox import SandboxConfig, SandboxError
 from patchgym.tasks import Task
 
@@ -30,40 +35,70 @@ def open_env(sandbox: SandboxConfig, config: AgentConfig) -> SWEEnv:
     return SWEEnv(sandbox, command_timeout=config.command_timeout_s)
 
 
+Generate = Callable[[list[int], list[dict], SamplingParams], Awaitable[Generation]]
+
+
 def run_agent(task: Task, engine: Engine, env: SWEEnv, config: AgentConfig, *,
               save_path: str | Path | None = None) -> Trajectory:
     """Run one episode of `task` in `env` (reset here; closing it is the caller's) and return its record.
 
-    A SandboxError (from reset, a step or the final diff) is the `infra_error` termination; any other exception
-    propagates after the partial record is saved.
+    Generation calls `engine.generate` (in a worker thread). A SandboxError (from reset, a step or the final diff)
+    is the `infra_error` termination; any other exception propagates after the partial record is saved.
     """
+    async def generate(ids: list[int], messages: list[dict], params: SamplingParams) -> Generation:
+        if getattr(engine, "needs_messages", False):
+            return await asyncio.to_thread(engine.generate_chat, messages, params)
+        return await asyncio.to_thread(engine.generate, ids, params)
+
+    return asyncio.run(arun_agent(task, engine, env, config, save_path=save_path, generate=generate))
+
+
+async def arun_agent(task: Task, engine: Engine, env: SWEEnv, config: AgentConfig, *,
+                     save_path: str | Path | None = None, generate: Generate | None = None) -> Trajectory:
+    """The loop as a coroutine. `generate(ids, messages, params)` samples one turn: by default the engine's
+    `agenerate` on the ids (or `agenerate_chat` on the messages, for engines that only take chats).
+
+    Cancelled (Ctrl-C), it closes the environment at once: a tool call running in a worker thread then fails
+    fast instead of holding the sandbox, and the partial record is saved.
+    """
+    generate = generate or (lambda ids, messages, params: engine_generate(engine, ids, messages, params))
     trajectory = Trajectory(task_id=task.instance_id, engine=describe_engine(engine),
                             sampling=config.sampling.model_dump(), started_at=time.time())
     start = time.monotonic()
     save = (lambda: trajectory.save_atomic(save_path)) if save_path is not None else (lambda: None)
     try:
         try:
-            _episode(trajectory, task, engine, env, config, start, save)
+            await _episode(trajectory, task, engine, env, config, start, save, generate)
         except Terminated as end:
             trajectory.termination = end.reason
-        trajectory.patch = env.patch()
+        trajectory.patch = await asyncio.to_thread(env.patch)
     except SandboxError as exc:
         trajectory.termination, trajectory.error = "infra_error", f"{type(exc).__name__}: {exc}"
+    except asyncio.CancelledError:
+        env.close()  # thread-safe: unblocks a tool call in flight
+        raise
     finally:
         trajectory.seconds = time.monotonic() - start
         save()
     return trajectory
 
 
+async def engine_generate(engine: Engine, ids: list[int], messages: list[dict], params: SamplingParams) -> Generation:
+    """One turn from any engine: token ids in, or the chat messages for engines that only take chats."""
+    if getattr(engine, "needs_messages", False):
+        return await engine.agenerate_chat(messages, params)
+    return await engine.agenerate(ids, params)
+
+
 def describe_engine(engine: Engine) -> dict:
     return {"class": type(engine).__name__, "model": getattr(engine.tokenizer, "name_or_path", "")}
 
 
-def _episode(trajectory: Trajectory, task: Task, engine: Engine, env: SWEEnv, config: AgentConfig,
-             start: float, save) -> None:
+async def _episode(trajectory: Trajectory, task: Task, engine: Engine, env: SWEEnv, config: AgentConfig,
+                   start: float, save, generate: Generate) -> None:
     """Play turns until one raises Terminated."""
     tokenizer = engine.tokenizer
-    statement = env.reset(task)
+    statement = await asyncio.to_thread(env.reset, task)
     messages = trajectory.messages
     messages += [{"role": "system", "content": render(config.system_prompt, tools=TOOL_SCHEMAS)},
                  {"role": "user", "content": render(config.instance_prompt, problem_statement=statement,
@@ -78,10 +113,10 @@ def _episode(trajectory: Trajectory, task: Task, engine: Engine, env: SWEEnv, co
         if room < 1:  # not even one token could be sampled after this prompt
             raise Terminated("max_context")
         ids += segment
-        turn = _generate(engine, config, messages, ids, segment, step, room)
+        turn = await _generate(generate, tokenizer, config, messages, ids, segment, step, room)
         ids += turn.completion_ids + turn.close_ids
         trajectory.turns.append(turn)  # before acting: if the sandbox dies now, turns still match messages
-        done = _act(env, turn)
+        done = await asyncio.to_thread(_act, env, turn)
         save()
         if done:
             raise Terminated("submitted")
@@ -99,16 +134,18 @@ def _episode(trajectory: Trajectory, task: Task, engine: Engine, env: SWEEnv, co
     raise Terminated("max_steps")
 
 
-def _generate(engine: Engine, config: AgentConfig, messages: list[dict], ids: list[int], segment: list[int],
-              step: int, room: int) -> Turn:
+async def _generate(generate: Generate, tokenizer, config: AgentConfig, messages: list[dict], ids: list[int],
+                    segment: list[int], step: int, room: int) -> Turn:
     """Sample one turn after `ids` (which end with `segment`) and append the assistant message to `messages`."""
     began = time.monotonic()
-    generation = engine.generate(ids, config.sampling.params(step, min(config.sampling.max_new_tokens, room)))
+    params = config.sampling.params(step, min(config.sampling.max_new_tokens, room))
+    generation = await generate(list(ids), messages, params)
     elapsed = time.monotonic() - began
-    content, close = tokens.close_completion(engine.tokenizer, messages, generation.token_ids)
+    content, close = tokens.close_completion(tokenizer, messages, generation.token_ids)
     messages.append({"role": "assistant", "content": content})
     return Turn(prompt_ids=segment, completion_ids=list(generation.token_ids), logprobs=list(generation.logprobs),
-                finish_reason=generation.finish_reason, close_ids=close, action=content, generate_s=elapsed)
+                finish_reason=generation.finish_reason, close_ids=close, action=content, generate_s=elapsed,
+                exact=getattr(generation, "exact", True))
 
 
 def _act(env: SWEEnv, turn: Turn) -> bool:

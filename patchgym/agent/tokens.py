@@ -50,16 +50,21 @@ def closing_ids(tokenizer, messages: list[dict]) -> list[int]:
 
 
 def close_completion(tokenizer, messages: list[dict], completion_ids: list[int]) -> tuple[str, list[int]]:
-    """(the assistant message's content, the close_ids to append after the sampled ids).
+    """(the assistant message's content, the close_ids to append after the sampled ids)."""
+    content_ids, closing = split_completion(tokenizer, messages, completion_ids)
+    return tokenizer.decode(content_ids, skip_special_tokens=False), closing
+
+
+def split_completion(tokenizer, messages: list[dict], completion_ids: list[int]) -> tuple[list[int], list[int]]:
+    """(the sampled ids of the content, the close_ids to append after all the sampled ids).
 
     A sampled end-of-turn token is the closing's first token, so it ends the content and only the rest of the
     closing is appended; a completion without it (cut at max_new_tokens) gets the whole closing.
     """
     closing = closing_ids(tokenizer, messages)
-    content_ids = completion_ids
     if closing and completion_ids and completion_ids[-1] == closing[0]:
-        content_ids, closing = completion_ids[:-1], closing[1:]
-    return tokenizer.decode(content_ids, skip_special_tokens=False), closing
+        return list(completion_ids[:-1]), closing[1:]
+    return list(completion_ids), closing
 
 
 def observation_ids(tokenizer, messages: list[dict], message: dict) -> list[int]:

@@ -29,6 +29,8 @@ class Turn(BaseModel):
     action: str = Field(description="the assistant message content: the sampled ids decoded, end-of-turn dropped")
     tool_call: dict | None = Field(None, description="{name, arguments} as parsed; null on a format error")
     format_error: bool = False
+    exact: bool = Field(True, description="false when a remote engine gave text, not ids, and completion_ids are "
+                                          "its re-tokenisation")
     observation: str = Field("", description="the environment's answer (before the steps-remaining note)")
     exit_code: int | None = None
     generate_s: float = 0.0
@@ -41,6 +43,9 @@ class Trajectory(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     task_id: str
+    trajectory_id: str = Field("", description="unique in its run: '<task_id>#<sample>' from the rollout engine")
+    sample: int = Field(0, description="which of the task's G samples (eval: which run)")
+    attempt: int = Field(1, description="1 + the infrastructure retries it took")
     messages: list[dict[str, str]] = Field(default_factory=list, description="the chat the model saw, in order; "
                                            "its template rendering is the token sequence")
     turns: list[Turn] = Field(default_factory=list)
@@ -56,6 +61,14 @@ class Trajectory(BaseModel):
     @property
     def steps(self) -> int:
         return len(self.turns)
+
+    @property
+    def resolved(self) -> bool:
+        return bool(self.grade and self.grade.get("resolved"))
+
+    @property
+    def sampled_tokens(self) -> int:
+        return sum(len(t.completion_ids) for t in self.turns)
 
     @property
     def format_errors(self) -> int:

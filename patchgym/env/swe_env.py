@@ -11,6 +11,7 @@ from patchgym.env.tools import install_tools, run_tool
 from patchgym.env.tools.calls import FormatError, parse_tool_call
 from patchgym.env.workspace import prepare_workspace
 from patchgym.sandbox import Sandbox, SandboxConfig, open_sandbox
+from patchgym.sandbox.pool import PoolSet
 from patchgym.tasks import Task
 
 
@@ -22,8 +23,12 @@ class StepResult:
 
 
 class SWEEnv:
-    def __init__(self, config: SandboxConfig | None = None, *, command_timeout: float | None = None):
+    def __init__(self, config: SandboxConfig | None = None, *, command_timeout: float | None = None,
+                 pools: PoolSet | None = None):
+        """`pools`: take sandboxes from these warm pools (and give them back on close) instead of starting one."""
         self.config = config or SandboxConfig()
+        self.pools = pools
+        self._pool = None
         self.command_timeout = command_timeout or self.config.exec_timeout_s
         self.sandbox: Sandbox | None = None
         self.task: Task | None = None
@@ -35,8 +40,12 @@ class SWEEnv:
         """Start the task's sandbox and workspace; returns the problem statement (the first observation)."""
         self.close()
         self.task, self.format_errors, self.steps = task, 0, 0
-        self.sandbox = open_sandbox(self.config.model_copy(update={"workdir": task.workdir}),
-                                    image=task.image or None)
+        if self.pools is not None:
+            self._pool = self.pools.pool(task.image or None, task.workdir)
+            self.sandbox = self._pool.acquire()
+        else:
+            self.sandbox = open_sandbox(self.config.model_copy(update={"workdir": task.workdir}),
+                                        image=task.image or None)
         self.base_commit = prepare_workspace(self.sandbox, task)
         install_tools(self.sandbox)
         return task.problem_statement
@@ -60,9 +69,14 @@ class SWEEnv:
         return self.sandbox.diff(self.base_commit, cwd=self.task.workdir, exclude=tuple(self.task.test_files))
 
     def close(self) -> None:
-        if self.sandbox is not None:
-            self.sandbox.close()
-            self.sandbox = None
+        """Close the sandbox (a pooled one goes back to its pool, which discards it); safe from any thread."""
+        sandbox, pool, self.sandbox, self._pool = self.sandbox, self._pool, None, None
+        if sandbox is None:
+            return
+        if pool is not None:
+            pool.release(sandbox)  # closed in the pool's background thread, off the caller's path
+        else:
+            sandbox.close()
 
     def __enter__(self) -> "SWEEnv":
         return self

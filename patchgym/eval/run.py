@@ -1,89 +1,76 @@
-"""Run episodes (policy <-> SWEEnv), grade each final patch, and summarise; results are written as they complete."""
+"""An evaluation run: every task N times through the rollout engine, then RUN/summary.json, RUN/preds.jsonl and a
+terminal table.
+
+RUN/ holds config.yaml (written by the CLI), run.json (what was evaluated), trajectories.jsonl (one graded record per
+task and run, appended as they finish, so a rerun resumes), summary.json, and preds.jsonl: SWE-bench predictions
+(instance_id, model_name_or_path, model_patch) of run 0; with N > 1 runs also preds-run<r>.jsonl for each run r.
+"""
 
 import json
 import os
-import threading
-import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass
+import tempfile
 from pathlib import Path
 
-from rich.progress import Progress
+from rich.table import Table
 
-from patchgym.agent.reference import Policy
-from patchgym.env.grading.grader import grade_patch
-from patchgym.env.swe_env import SWEEnv
-from patchgym.sandbox import SandboxConfig, SandboxError
+from patchgym.agent.trajectory import Trajectory
+from patchgym.eval.metrics import summarize
+from patchgym.rollout import Agent, RolloutConfig, RolloutEngine
+from patchgym.sandbox import SandboxConfig
 from patchgym.tasks import Task
 
 
-@dataclass
-class EpisodeResult:
-    instance_id: str
-    resolved: bool
-    termination: str  # submitted | max_steps | infra_error
-    steps: int
-    format_errors: int
-    patch: str
-    grade: dict
-    error: str | None
-    seconds: float
-
-
-def run_episode(task: Task, policy: Policy, config: SandboxConfig, *, max_steps: int, test_timeout: float) -> EpisodeResult:
-    start = time.monotonic()
-    env = SWEEnv(config)
-    try:
-        observation = env.reset(task)
-        termination = "max_steps"
-        for turn in range(max_steps):
-            step = env.step(policy.act(task, observation, turn))
-            observation = step.observation
-            if step.done:
-                termination = "submitted"
-                break
-        patch = env.patch()
-        steps, format_errors = env.steps, env.format_errors
-    except SandboxError as exc:
-        return EpisodeResult(task.instance_id, False, "infra_error", env.steps, env.format_errors, "", {},
-                             f"infra: {exc}", time.monotonic() - start)
-    finally:
-        env.close()
-    grade = grade_patch(task, patch, config, timeout=test_timeout)
-    return EpisodeResult(task.instance_id, grade.resolved, termination, steps, format_errors, patch,
-                         grade.to_dict(), grade.error, time.monotonic() - start)
-
-
-def evaluate(tasks: list[Task], policy: Policy, config: SandboxConfig, out: Path | None = None, *,
-             workers: int = 2, max_steps: int = 100, test_timeout: float = 1800.0, progress: bool = True) -> dict:
-    """Every task once; each result is appended to `out/results.jsonl` as it completes. Returns the summary."""
-    results: list[EpisodeResult] = []
-    lock = threading.Lock()
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-    with Progress(disable=not progress) as bar, ThreadPoolExecutor(max_workers=workers) as pool:
-        job = bar.add_task("episodes", total=len(tasks))
-        futures = [pool.submit(run_episode, t, policy, config, max_steps=max_steps, test_timeout=test_timeout)
-                   for t in tasks]
-        for future in as_completed(futures):
-            result = future.result()
-            with lock:
-                results.append(result)
-                if out is not None:
-                    with open(out / "results.jsonl", "a") as f:
-                        f.write(json.dumps(asdict(result)) + "\n")
-                        f.flush()
-                        os.fsync(f.fileno())
-            bar.advance(job)
-    judged = [r for r in results if r.termination != "infra_error"]
-    summary = {
-        "tasks": len(tasks),
-        "resolved": sum(r.resolved for r in results),
-        "resolve_rate": sum(r.resolved for r in judged) / len(judged) if judged else 0.0,
-        "infra_errors": len(results) - len(judged),
-        "grading_errors": sum(1 for r in judged if r.error),
-        "by_termination": {t: sum(r.termination == t for r in results) for t in sorted({r.termination for r in results})},
-    }
-    if out is not None:
-        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+def evaluate(tasks: list[Task], agent: Agent, sandbox: SandboxConfig, out: str | Path, *, runs: int = 1,
+             rollout: RolloutConfig | None = None, model_name: str = "", progress: bool = True) -> dict:
+    """Run and grade every task `runs` times (resuming what `out` already holds); write the files; return the summary."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    model_name = model_name or agent.describe().get("spec", "")
+    write_atomic(out / "run.json", json.dumps({"kind": "eval", "model": model_name, "agent": agent.describe(),
+                                               "runs": runs, "tasks": [t.instance_id for t in tasks]}, indent=2))
+    engine = RolloutEngine(agent, sandbox, rollout, run_dir=out, progress=progress)
+    trajectories = engine.run(tasks, samples=runs)
+    summary = summarize(trajectories, runs)
+    summary["model"] = model_name
+    summary["retries"] = engine.stats.retries
+    write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    write_preds(out, trajectories, runs, model_name)
     return summary
+
+
+def write_preds(out: Path, trajectories: list[Trajectory], runs: int, model_name: str) -> None:
+    for r in range(runs):
+        lines = "".join(json.dumps({"instance_id": t.task_id, "model_name_or_path": f"patchgym/{model_name}",
+                                    "model_patch": t.patch}) + "\n" for t in trajectories if t.sample == r)
+        if r == 0:
+            write_atomic(out / "preds.jsonl", lines)
+        if runs > 1:
+            write_atomic(out / f"preds-run{r}.jsonl", lines)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def summary_table(summary: dict, title: str = "") -> Table:
+    """The terminal view of summary.json."""
+    table = Table(title=title or f"eval: {summary.get('model', '')}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    runs = summary["runs"]
+    table.add_row("tasks x runs", f"{summary['tasks']} x {runs}")
+    table.add_row("pass@1", f"{summary['pass@1']:.1%} ± {summary['pass@1_sem']:.1%}" if runs > 1
+                  else f"{summary['pass@1']:.1%}")
+    for k in range(2, runs + 1):
+        value = summary.get(f"pass@{k}")
+        table.add_row(f"pass@{k}", "n/a" if value is None else f"{value:.1%}")
+    for reason, row in summary["by_termination"].items():
+        table.add_row(f"  {reason}", f"{row['count']} ({row['resolved']} resolved)")
+    table.add_row("mean steps", f"{summary['mean_steps']:.1f}")
+    table.add_row("mean sampled tokens", f"{summary['mean_sampled_tokens']:.0f}")
+    table.add_row("infra errors", str(summary["infra_errors"]))
+    table.add_row("grading errors", str(summary["grading_errors"]))
+    return table

@@ -40,6 +40,11 @@ def load_model(spec: str = "smollm2", device: str | torch.device = "cpu"):
     return model.to(device).eval(), tokenizer
 
 
+def load_tokenizer(spec: str = "smollm2"):
+    """The chat tokenizer of a model spec, without loading weights ("tiny" uses SmolLM2's)."""
+    return AutoTokenizer.from_pretrained(smollm2_dir() if spec in ("smollm2", "tiny") else spec)
+
+
 def smollm2_dir() -> Path:
     """The cached safetensors directory of SmolLM2-135M-Instruct, built from the GGUF on first use."""
     target = models_dir() / "smollm2-135m-instruct"

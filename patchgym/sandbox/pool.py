@@ -138,16 +138,25 @@ class PoolSet:
         self._pools: dict[object, SandboxPool] = {}
         self._lock = threading.Lock()
 
-    def pool(self, image=None) -> SandboxPool:
+    def pool(self, image=None, workdir: str | None = None) -> SandboxPool:
+        """The pool of `image` whose sandboxes start in `workdir` (default: the config's)."""
+        workdir = workdir or self.config.workdir
         with self._lock:
-            if image not in self._pools:
-                self._pools[image] = SandboxPool(self.config, image, size=self.size,
-                                                 max_concurrency=self.max_concurrency)
-            return self._pools[image]
+            if (image, workdir) not in self._pools:
+                config = self.config if workdir == self.config.workdir else self.config.model_copy(
+                    update={"workdir": workdir})
+                self._pools[image, workdir] = SandboxPool(config, image, size=self.size,
+                                                          max_concurrency=self.max_concurrency)
+            return self._pools[image, workdir]
 
-    def sandbox(self, image=None, timeout: float | None = None):
+    def sandbox(self, image=None, timeout: float | None = None, workdir: str | None = None):
         """A context manager over a pristine sandbox of `image`."""
-        return self.pool(image).sandbox(timeout)
+        return self.pool(image, workdir).sandbox(timeout)
+
+    @property
+    def hits(self) -> int:
+        with self._lock:
+            return sum(p.hits for p in self._pools.values())
 
     def close(self) -> None:
         with self._lock:

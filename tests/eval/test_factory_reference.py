@@ -1,14 +1,18 @@
-"""On the CI factory set, through the tools and the grader: oracle resolves every task, null none."""
+"""On the CI factory set, through the rollout engine, tools and grader: oracle resolves every task, null none."""
 
 from patchgym.agent.reference import NullPolicy, OraclePolicy
 from patchgym.eval.run import evaluate
+from patchgym.rollout import RolloutConfig, ScriptedAgent
 from patchgym.sandbox import SandboxConfig
 
 
 def test_oracle_resolves_all_and_null_none_of_the_factory_tasks(backend, ci_tasks, tmp_path):
     assert len(ci_tasks) == 6
     config = SandboxConfig(backend=backend)
-    oracle = evaluate(ci_tasks, OraclePolicy(), config, tmp_path / "oracle", test_timeout=300, progress=False)
+    rollout = RolloutConfig(grade_timeout_s=300, grade_empty_patches=True, max_sandboxes=4)
+    oracle = evaluate(ci_tasks, ScriptedAgent(OraclePolicy()), config, tmp_path / "oracle", rollout=rollout,
+                      progress=False)
     assert oracle["resolve_rate"] == 1.0, oracle
-    null = evaluate(ci_tasks, NullPolicy(), config, tmp_path / "null", test_timeout=300, progress=False)
+    null = evaluate(ci_tasks, ScriptedAgent(NullPolicy()), config, tmp_path / "null", rollout=rollout,
+                    progress=False)
     assert null["resolve_rate"] == 0.0 and null["grading_errors"] == 0 and null["infra_errors"] == 0, null

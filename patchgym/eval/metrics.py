@@ -1,0 +1,71 @@
+"""Evaluation metrics over graded trajectories: Pass@1 as the mean over runs with its standard error, the unbiased
+Pass@k estimator, and resolve rates per termination reason (reference/algorithms.md §7).
+
+Infrastructure errors are excluded from every rate and counted on their own: they say nothing about the model.
+"""
+
+import math
+from collections import defaultdict
+
+from patchgym.agent.trajectory import Trajectory
+
+GRADING_ERRORS = {"apply", "infra", "no_tests_ran", "timeout"}
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """1 - C(n-c, k) / C(n, k) for one task with n samples of which c are correct, computed as a stable product."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n, got n={n} c={c} k={k}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
+
+
+def summarize(trajectories: list[Trajectory], runs: int) -> dict:
+    """The summary.json of an eval: `trajectories` holds sample r of every task for r < runs."""
+    valid = [t for t in trajectories if t.termination != "infra_error"]
+    per_run = [[t for t in valid if t.sample == r] for r in range(runs)]
+    rates = [sum(t.resolved for t in run) / len(run) for run in per_run if run]
+    mean = sum(rates) / len(rates) if rates else 0.0
+    sem = (math.sqrt(sum((r - mean) ** 2 for r in rates) / (len(rates) - 1) / len(rates)) if len(rates) > 1 else 0.0)
+    by_task: dict[str, list[bool]] = defaultdict(list)
+    for t in valid:
+        by_task[t.task_id].append(t.resolved)
+    summary = {
+        "tasks": len({t.task_id for t in trajectories}),
+        "runs": runs,
+        "trajectories": len(trajectories),
+        "resolved": sum(t.resolved for t in valid),
+        "resolve_rate": sum(t.resolved for t in valid) / len(valid) if valid else 0.0,
+        "pass@1": mean,
+        "pass@1_sem": sem,
+        "pass@1_per_run": rates,
+    }
+    for k in range(2, runs + 1):
+        scored = [pass_at_k(len(r), sum(r), k) for r in by_task.values() if len(r) >= k]
+        summary[f"pass@{k}"] = sum(scored) / len(scored) if scored else None
+    summary.update({
+        "infra_errors": len(trajectories) - len(valid),
+        "grading_errors": sum(1 for t in valid if (t.grade or {}).get("error") in GRADING_ERRORS),
+        "by_termination": _by_termination(trajectories),
+        "mean_steps": _mean([t.steps for t in valid]),
+        "mean_sampled_tokens": _mean([t.sampled_tokens for t in valid]),
+        "mean_tokens": _mean([sum(len(x.prompt_ids) + len(x.completion_ids) + len(x.close_ids) for x in t.turns)
+                              for t in valid]),
+        "mean_seconds": _mean([t.seconds for t in valid]),
+        "format_errors": sum(t.format_errors for t in valid),
+    })
+    return summary
+
+
+def _by_termination(trajectories: list[Trajectory]) -> dict:
+    out: dict[str, dict] = {}
+    for reason in sorted({t.termination or "unfinished" for t in trajectories}):
+        group = [t for t in trajectories if (t.termination or "unfinished") == reason]
+        resolved = sum(t.resolved for t in group)
+        out[reason] = {"count": len(group), "resolved": resolved, "resolve_rate": resolved / len(group)}
+    return out
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0

@@ -1,0 +1,16 @@
+"""The `rollout:` section of a patchgym config: how many trajectories run at once, and how failures are retried."""
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class RolloutConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_sandboxes: int = Field(8, ge=1, description="sandboxes in use at once (episodes plus gradings)")
+    max_generations: int = Field(8, ge=1, description="generation requests in flight at once (match the engine's "
+                                                       "batch size)")
+    retries: int = Field(2, ge=0, description="reruns of a trajectory after an infrastructure error (dead sandbox, "
+                                              "engine crash); then it is recorded as infra_error")
+    grade_timeout_s: float = Field(1800.0, gt=0, description="time limit of the hidden tests when grading")
+    grade_empty_patches: bool = Field(False, description="grade a trajectory that changed nothing (otherwise it is "
+                                                         "unresolved without a test run)")

@@ -1,0 +1,182 @@
+"""The asyncio rollout engine: N tasks x G samples, each an episode in a sandbox from the warm pools, graded as soon
+as it ends while other episodes keep generating.
+
+Two separate bounds: `max_sandboxes` (episodes and gradings holding a sandbox) and `max_generations` (requests in
+flight to the engine, which batches them). An infrastructure error (a dead sandbox, an engine that raised, a
+grading sandbox that died) reruns the trajectory up to `retries` times; after that it is recorded as
+`infra_error`, never scored. Finished trajectories are appended to RUN/trajectories.jsonl; running again with the
+same RUN resumes: what is recorded is skipped. Ctrl-C cancels the episodes (their sandboxes are closed at once) and
+leaves the file with whole lines only.
+"""
+
+import asyncio
+import contextlib
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from patchgym.agent.loop import engine_generate
+from patchgym.agent.trajectory import Trajectory
+from patchgym.env.grading.grader import grade_patch
+from patchgym.env.swe_env import SWEEnv
+from patchgym.inference import Generation, SamplingParams
+from patchgym.rollout.agents import Agent
+from patchgym.rollout.config import RolloutConfig
+from patchgym.rollout.store import TrajectoryStore
+from patchgym.sandbox import SandboxConfig
+from patchgym.sandbox.pool import PoolSet
+from patchgym.tasks import Task
+
+log = logging.getLogger(__name__)
+
+
+def trajectory_id(task: Task, sample: int, prefix: str = "") -> str:
+    return f"{prefix}{task.instance_id}#{sample}"
+
+
+@dataclass
+class RolloutStats:
+    """Live counters, shown on the progress bar and returned with the run."""
+
+    total: int = 0
+    done: int = 0
+    resumed: int = 0
+    resolved: int = 0
+    steps: int = 0
+    infra_errors: int = 0
+    retries: int = 0
+    sandboxes_in_use: int = 0
+    sampled_tokens: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def mean_steps(self) -> float:
+        return self.steps / self.done if self.done else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.sampled_tokens / max(time.monotonic() - self.started, 1e-9)
+
+
+class RolloutEngine:
+    def __init__(self, agent: Agent, sandbox: SandboxConfig, config: RolloutConfig | None = None, *,
+                 run_dir: str | Path, progress: bool = True, grade: bool = True):
+        self.agent, self.sandbox, self.config = agent, sandbox, config or RolloutConfig()
+        self.run_dir = Path(run_dir)
+        self.store = TrajectoryStore(self.run_dir / "trajectories.jsonl")
+        self.progress, self.grade = progress, grade
+        self.stats = RolloutStats()
+
+    def run(self, tasks: list[Task], samples: int = 1, *, prefix: str = "") -> list[Trajectory]:
+        """Every task `samples` times; returns the trajectories (resumed ones included) in task, sample order."""
+        return asyncio.run(self.arun(tasks, samples, prefix=prefix))
+
+    async def arun(self, tasks: list[Task], samples: int = 1, *, prefix: str = "") -> list[Trajectory]:
+        keys = {trajectory_id(t, s, prefix): (t, s) for t in tasks for s in range(samples)}
+        if len(keys) != len(tasks) * samples:
+            raise ValueError("task ids must be unique within a rollout")
+        finished = self.store.finished()
+        todo = [(k, t, s) for k, (t, s) in keys.items() if k not in finished]
+        self.stats = RolloutStats(total=len(keys), resumed=len(keys) - len(todo))
+        for key in keys.keys() & finished.keys():
+            self._count(finished[key])
+        self._sandbox_slots = asyncio.Semaphore(self.config.max_sandboxes)
+        self._generation_slots = asyncio.Semaphore(self.config.max_generations)
+        pools = PoolSet(self.sandbox)
+        with self._bar() as bar:
+            self._bar_task = bar.add_task("rollouts", total=len(keys), completed=self.stats.done, **self._fields())
+            self._live = bar
+            ticker = asyncio.create_task(self._tick())
+            try:
+                await asyncio.gather(*(self._trajectory(k, t, s, pools) for k, t, s in todo))
+            finally:
+                ticker.cancel()
+                await asyncio.to_thread(pools.close)
+                with contextlib.suppress(OSError):
+                    (self.run_dir / "partial").rmdir()  # only when empty: what is left there was cut short
+        records = {t.trajectory_id or t.task_id: t for t in self.store.records()}
+        return [records[k] for k in keys]
+
+    async def _trajectory(self, key: str, task: Task, sample: int, pools: PoolSet) -> None:
+        partial = self.run_dir / "partial" / (re.sub(r"[^\w.#-]", "_", key) + ".json")
+        for attempt in range(1, self.config.retries + 2):
+            trajectory = await self._episode(task, pools, partial)
+            trajectory.trajectory_id, trajectory.sample, trajectory.attempt = key, sample, attempt
+            if trajectory.termination != "infra_error" and self.grade:
+                await self._grade(task, trajectory, pools)
+            if trajectory.termination != "infra_error":
+                break
+            log.warning("%s: infrastructure error on attempt %d: %s", key, attempt, trajectory.error)
+            if attempt <= self.config.retries:
+                self.stats.retries += 1
+        self.store.append(trajectory)
+        partial.unlink(missing_ok=True)
+        self._count(trajectory)
+        self._refresh(advance=1)
+
+    async def _episode(self, task: Task, pools: PoolSet, partial: Path) -> Trajectory:
+        async with self._sandbox_slots:
+            env = SWEEnv(self.sandbox, command_timeout=self.agent.config.command_timeout_s, pools=pools)
+            self.stats.sandboxes_in_use += 1
+            self._refresh()
+            try:
+                return await self.agent.play(task, env, self._generate, partial)
+            except Exception as exc:  # noqa: BLE001 - an engine that raised is an infrastructure error
+                log.exception("%s: the episode raised", task.instance_id)
+                return Trajectory(task_id=task.instance_id, engine=self.agent.describe(), termination="infra_error",
+                                  error=f"{type(exc).__name__}: {exc}")
+            finally:
+                env.close()
+                self.stats.sandboxes_in_use -= 1
+
+    async def _grade(self, task: Task, trajectory: Trajectory, pools: PoolSet) -> None:
+        """Grade the final patch in a fresh sandbox; a grading sandbox that keeps dying makes it an infra error."""
+        if not trajectory.patch.strip() and not self.config.grade_empty_patches:
+            trajectory.grade = {"instance_id": task.instance_id, "resolved": False, "error": "empty_patch"}
+            return
+        async with self._sandbox_slots:
+            self.stats.sandboxes_in_use += 1
+            try:
+                grade = await asyncio.to_thread(grade_patch, task, trajectory.patch, self.sandbox,
+                                                timeout=self.config.grade_timeout_s, pools=pools)
+            finally:
+                self.stats.sandboxes_in_use -= 1
+        trajectory.grade = grade.to_dict()
+        if grade.error == "infra":
+            trajectory.termination, trajectory.error = "infra_error", f"grading: {grade.error_detail}"
+
+    async def _generate(self, ids: list[int], messages: list[dict], params: SamplingParams) -> Generation:
+        async with self._generation_slots:
+            generation = await engine_generate(self.agent.engine, ids, messages, params)
+        self.stats.sampled_tokens += len(generation.token_ids)
+        return generation
+
+    def _count(self, trajectory: Trajectory) -> None:
+        self.stats.done += 1
+        if trajectory.termination == "infra_error":
+            self.stats.infra_errors += 1
+        self.stats.resolved += trajectory.resolved
+        self.stats.steps += trajectory.steps
+
+    def _bar(self) -> Progress:
+        return Progress(TextColumn("rollouts"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("resolved {task.fields[resolved]}"), TextColumn("steps {task.fields[steps]}"),
+                        TextColumn("sandboxes {task.fields[sandboxes]}"), TextColumn("{task.fields[tps]} tok/s"),
+                        TextColumn("infra {task.fields[infra]}"), TimeElapsedColumn(), disable=not self.progress)
+
+    def _fields(self) -> dict:
+        s = self.stats
+        return {"resolved": s.resolved, "steps": f"{s.mean_steps:.1f}", "sandboxes": s.sandboxes_in_use,
+                "tps": f"{s.tokens_per_s:.1f}", "infra": s.infra_errors}
+
+    def _refresh(self, advance: int = 0) -> None:
+        self._live.update(self._bar_task, advance=advance, **self._fields())
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            self._refresh()

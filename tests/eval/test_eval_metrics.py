@@ -1,0 +1,40 @@
+"""Pass@k and the eval summary, on the worked numbers of reference/algorithms.md §7."""
+
+import pytest
+
+from patchgym.agent.trajectory import Trajectory
+from patchgym.eval.metrics import pass_at_k, summarize
+
+
+def test_pass_at_k_worked_example():
+    # algorithms.md §7: n = 10, c = 3 -> pass@1 0.3, pass@5 0.91667, pass@10 1.0
+    assert pass_at_k(10, 3, 1) == pytest.approx(0.3)
+    assert pass_at_k(10, 3, 5) == pytest.approx(0.91667, abs=1e-5)
+    assert pass_at_k(10, 3, 10) == 1.0
+    assert pass_at_k(4, 0, 2) == 0.0
+    with pytest.raises(ValueError, match="k <= n"):
+        pass_at_k(2, 1, 3)
+
+
+def traj(task: str, sample: int, resolved: bool, termination: str = "submitted") -> Trajectory:
+    return Trajectory(task_id=task, trajectory_id=f"{task}#{sample}", sample=sample, termination=termination,
+                      grade=None if termination == "infra_error" else {"resolved": resolved})
+
+
+def test_pass_at_1_is_the_mean_over_runs_with_its_standard_error():
+    # 2 tasks x 3 runs; run resolve rates 1/2, 1/2, 0 -> mean 1/3, sem = std([.5, .5, 0], ddof=1) / sqrt(3)
+    results = [traj("a", 0, True), traj("b", 0, False), traj("a", 1, False), traj("b", 1, True),
+               traj("a", 2, False), traj("b", 2, False, "max_steps")]
+    s = summarize(results, runs=3)
+    assert s["pass@1"] == pytest.approx(1 / 3) and s["pass@1_per_run"] == [0.5, 0.5, 0.0]
+    assert s["pass@1_sem"] == pytest.approx(0.16667, abs=1e-4)
+    assert s["pass@2"] == pytest.approx(2 / 3)  # each task: 1 of 3 correct -> 1 - C(2,2)/C(3,2) = 2/3
+    assert s["pass@3"] == 1.0
+    assert s["by_termination"]["max_steps"] == {"count": 1, "resolved": 0, "resolve_rate": 0.0}
+
+
+def test_infra_errors_are_counted_and_left_out_of_every_rate():
+    results = [traj("a", 0, True), traj("b", 0, False, "infra_error"), traj("a", 1, True), traj("b", 1, False)]
+    s = summarize(results, runs=2)
+    assert s["infra_errors"] == 1 and s["pass@1_per_run"] == [1.0, 0.5]
+    assert s["pass@2"] == 1.0  # task b has one valid sample: too few for k = 2, so only a counts
