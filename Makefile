@@ -31,6 +31,7 @@ test: image
 bench: image
 	$(BIN)/python bench/sandbox.py
 	$(BIN)/python bench/generation.py
+	$(BIN)/python bench/rollout.py
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache
