@@ -81,3 +81,24 @@ def test_ctrl_c_leaves_whole_lines_and_no_sandbox_and_the_rerun_resumes(backend,
     assert sorted(json.loads(line)["sample"] for line in lines) == list(range(6))
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["trajectories"] == 6
     assert leftovers(run_id) == []
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_eval_through_the_openai_engine_against_patchgym_serve_keeps_exact_tokens(tiny, tiny_task, tmp_path, api):
+    """A real server (patchgym serve's code over the hf engine) and the openai engine through the official client."""
+    from patchgym.inference.hf import HFEngine
+    from patchgym.inference.server import serve
+
+    write_tasks([tiny_task], tmp_path / "tasks.jsonl")
+    with HFEngine(*tiny) as engine, serve(engine, port=0, model_name="tiny") as server:
+        result = CliRunner().invoke(app, [
+            "eval", "--tasks", str(tmp_path / "tasks.jsonl"), "--engine", "openai", "--model", "tiny", "--runs", "2",
+            "--out", str(tmp_path / "run"), "--json", f"inference.base_url={server.base_url}",
+            f"inference.api={api}", "agent.max_steps=2", "agent.sampling.max_new_tokens=32"])
+    assert result.exit_code == 0, result.stdout
+    assert json.loads(result.stdout.strip().splitlines()[-1])["infra_errors"] == 0
+    records = [json.loads(line) for line in (tmp_path / "run" / "trajectories.jsonl").read_text().splitlines()]
+    assert len(records) == 2 and all(r["engine"]["class"] == "OpenAIEngine" for r in records)
+    assert all(turn["exact"] and turn["completion_ids"] for r in records for turn in r["turns"])
+    check = CliRunner().invoke(app, ["check-tokens", str(tmp_path / "run"), "--json"])
+    assert check.exit_code == 0 and json.loads(check.stdout)["sampled_segments"] == sum(len(r["turns"]) for r in records)
