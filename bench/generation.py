@@ -4,6 +4,8 @@
 
 Same engine, prompts, seeds and sampling (T = 1) in both runs, so both generate the same tokens; one run each
 after a warm-up. speedup = batched tokens/s / sequential tokens/s. Target: >= 3 with 8 requests on 2 cores.
+How full the batched run's batch was: its decode steps, the mean rows per step, and its prefill passes (requests
+that arrive after the first prefill join the running batch with a prefill of their own).
 """
 
 import argparse
@@ -36,6 +38,19 @@ def timed(run) -> tuple[float, int]:
     return time.perf_counter() - start, sum(len(g.token_ids) for g in generations)
 
 
+def count_passes(engine: HFEngine) -> list[tuple[int, int]]:
+    """(rows, columns) of every forward pass the engine runs from now on; a measuring hook on a private method."""
+    passes = []
+    forward = engine._forward
+
+    def counted(input_ids, *args):
+        passes.append(tuple(input_ids.shape))
+        return forward(input_ids, *args)
+
+    engine._forward = counted
+    return passes
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2")
@@ -64,8 +79,10 @@ def main() -> int:
     with engine:
         engine.generate(jobs[0][0], SamplingParams(max_new_tokens=4, seed=0))  # warm-up
         seq_s, seq_tokens = timed(lambda: [engine.generate(*job) for job in jobs])
+        passes = count_passes(engine)
         with ThreadPoolExecutor(args.requests) as pool:
             batch_s, batch_tokens = timed(lambda: list(pool.map(lambda job: engine.generate(*job), jobs)))
+    steps = [rows for rows, columns in passes if columns == 1]
 
     result = {
         "model": args.model,
@@ -78,6 +95,9 @@ def main() -> int:
         "batched_tokens": batch_tokens,
         "batched_tokens_per_s": round(batch_tokens / batch_s, 1),
         "speedup": round((batch_tokens / batch_s) / (seq_tokens / seq_s), 2),
+        "batch_steps": len(steps),
+        "batch_mean_rows": round(sum(steps) / max(1, len(steps)), 2),
+        "batch_prefills": len(passes) - len(steps),
         "target": TARGET,
     }
     if args.json:

@@ -1,5 +1,5 @@
-"""The transformers engine: a worker thread merges concurrent requests into left-padded batches and runs its own
-KV-cached decode loop, so every request gets back its exact sampled ids and their logprobs."""
+"""The transformers engine: a worker thread decodes concurrent requests together in one left-padded, KV-cached batch
+that requests join and leave between decode steps, so every request gets back its exact sampled ids and logprobs."""
 
 import asyncio
 import queue
@@ -10,11 +10,13 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 import torch
+import torch.nn.functional as F
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 from patchgym.inference.base import Generation, SamplingParams
 from patchgym.inference.models import load_model
-from patchgym.inference.sampling import sample_token
+from patchgym.inference.sampling import sample
 
 _CLOSE = object()  # queued by close(): serve what came before it, then stop
 
@@ -30,27 +32,43 @@ class _Request:
     logprobs: list[float] = field(default_factory=list)
 
 
+@dataclass
+class _Batch:
+    """The rows being decoded. Their KV cache and attention mask are left-padded to one width, so every row's newest
+    token sits in the last column; positions are each row's next position, logits what each row samples next from."""
+
+    rows: list[_Request]
+    cache: DynamicCache
+    mask: torch.Tensor  # [rows, width], 0 on padding
+    positions: torch.Tensor  # [rows, 1]
+    logits: torch.Tensor  # [rows, vocab]
+
+
 class HFEngine:
     """Engine over a transformers causal LM (CPU or GPU). `generate` blocks the calling thread; many threads (or
     `agenerate` coroutines) at once are decoded together, up to max_batch rows per forward pass.
 
-    A batch runs until all its rows finish; rows that finish leave it (their KV rows are dropped) and their callers
-    return at once. Requests that arrive meanwhile wait for the next batch. load_weights swaps weights between two
-    decode steps, so a request in flight continues on the new weights (as vLLM's in-flight updates do).
+    Batching is continuous: between two decode steps, requests that arrived meanwhile are prefilled together and join
+    the running batch, and rows that finished leave it (their callers return at once). A request's result does not
+    depend on its batch-mates: each row samples from its own generator. load_weights swaps weights between two decode
+    steps, so a request in flight continues on the new weights (as vLLM's in-flight updates do).
     """
 
     def __init__(self, model, tokenizer, max_batch: int = 8, batch_wait_s: float = 0.005):
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.max_batch = max_batch
-        self.batch_wait_s = batch_wait_s  # after the first request, how long to wait for others to join its batch
+        self.batch_wait_s = batch_wait_s  # with nothing running, how long to wait for others to share a prefill
         self.device = next(model.parameters()).device
         self.eos_token_ids = _eos_token_ids(model, tokenizer)
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_token_ids)
         self.max_len = model.config.max_position_embeddings
+        if any(type(layer) is not DynamicLayer for layer in DynamicCache(config=model.config).layers):
+            raise ValueError("requests join a running batch by left-padding its KV cache: full attention layers only")
         self._pending: queue.SimpleQueue = queue.SimpleQueue()
         self._step_lock = threading.Lock()  # one forward pass or one weight swap at a time
         self._closed = False
+        self._batch: _Batch | None = None  # the rows being decoded; only the worker thread touches it
         self._worker = threading.Thread(target=self._serve, name="hf-engine", daemon=True)
         self._worker.start()
 
@@ -124,69 +142,115 @@ class HFEngine:
             raise ValueError(f"prompt token ids must be in [0, {vocab})")
 
     def _serve(self) -> None:
-        while (batch := self._next_batch()) is not None:
-            try:
-                self._decode(batch)
-            except BaseException as exc:  # noqa: BLE001 - the caller, not this thread, decides what an error means
-                for request in batch:
-                    if not request.future.done():
-                        request.future.set_exception(exc)
+        accepting = True
+        with torch.inference_mode():
+            while accepting or self._batch is not None:
+                arrivals, accepting = self._arrivals(accepting)
+                try:
+                    if arrivals:
+                        self._decode(arrivals)
+                    if self._batch is not None:
+                        self._step()
+                except BaseException as exc:  # noqa: BLE001 - the caller, not this thread, decides what an error means
+                    for request in arrivals + (self._batch.rows if self._batch is not None else []):
+                        if not request.future.done():
+                            request.future.set_exception(exc)
+                    self._batch = None
 
-    def _next_batch(self) -> list[_Request] | None:
-        """Block for one request, then take whatever else is queued (up to max_batch) within batch_wait_s."""
-        first = self._pending.get()
-        if first is _CLOSE:
-            return None
-        batch = [first]
+    def _arrivals(self, accepting: bool) -> tuple[list[_Request], bool]:
+        """The queued requests that fit in the batch, and whether to keep accepting. With nothing running, block for
+        one request, then wait batch_wait_s for others to share its prefill; while decoding, take only what waits."""
+        if not accepting:
+            return [], False
+        running = self._batch is not None
+        room = self.max_batch - (len(self._batch.rows) if running else 0)
+        arrivals: list[_Request] = []
         deadline = time.monotonic() + self.batch_wait_s
-        while len(batch) < self.max_batch:
+        while len(arrivals) < room:
             try:
-                item = self._pending.get(timeout=max(0.0, deadline - time.monotonic()))
+                if running:
+                    item = self._pending.get_nowait()
+                elif not arrivals:
+                    item = self._pending.get()
+                else:
+                    item = self._pending.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
                 break
             if item is _CLOSE:
-                self._pending.put(_CLOSE)  # stop after this batch
-                break
-            batch.append(item)
-        return batch
+                return arrivals, False
+            arrivals.append(item)
+        return arrivals, True
 
     def _decode(self, rows: list[_Request]) -> None:
-        input_ids, attention_mask, positions = self._left_pad([r.prompt_ids for r in rows])
+        """Start decoding requests that just arrived: prefill them together, then join them to the running batch."""
+        input_ids, mask, positions = self._left_pad([r.prompt_ids for r in rows])
         cache = DynamicCache(config=self.model.config)
-        logits = self._forward(input_ids, attention_mask, positions, cache, logits_to_keep=1)
-        positions = positions[:, -1:] + 1
-        while rows:
-            next_ids, keep = [], []
-            for i, request in enumerate(rows):
-                token, logprob = sample_token(logits[i], request.params, request.generator)
-                request.token_ids.append(token)
-                request.logprobs.append(logprob)
-                if (reason := self._finish_reason(request)) is not None:
-                    request.future.set_result(Generation(request.token_ids, request.logprobs, reason))
-                else:
-                    keep.append(i)
-                    next_ids.append(token)
-            if len(keep) < len(rows):
-                index = torch.tensor(keep, device=self.device, dtype=torch.long)
-                cache.batch_select_indices(index)
-                attention_mask, positions = attention_mask[index], positions[index]
-                rows = [rows[i] for i in keep]
-            if not rows:
-                return
-            attention_mask = torch.cat([attention_mask, attention_mask.new_ones(len(rows), 1)], dim=1)
-            token_ids = torch.tensor(next_ids, device=self.device, dtype=torch.long)[:, None]
-            logits = self._forward(token_ids, attention_mask, positions, cache)
-            positions = positions + 1
+        logits = self._forward(input_ids, mask, positions, cache)
+        new = _Batch(rows, cache, mask, positions[:, -1:] + 1, logits)
+        self._batch = new if self._batch is None else self._join(self._batch, new)
 
-    def _forward(self, input_ids, attention_mask, positions, cache, **kwargs) -> torch.Tensor:
-        with self._step_lock, torch.inference_mode():
+    def _step(self) -> None:
+        """Sample each row's next token, let finished rows leave, and run one forward pass for the rest."""
+        batch = self._batch
+        tokens, logprobs = sample(batch.logits, [r.params for r in batch.rows], [r.generator for r in batch.rows])
+        keep = []
+        for i, (request, token, logprob) in enumerate(zip(batch.rows, tokens, logprobs)):
+            request.token_ids.append(token)
+            request.logprobs.append(logprob)
+            if (reason := self._finish_reason(request)) is not None:
+                request.future.set_result(Generation(request.token_ids, request.logprobs, reason))
+            else:
+                keep.append(i)
+        if not keep:
+            self._batch = None
+            return
+        if len(keep) < len(batch.rows):
+            batch = self._select(batch, keep)
+        mask = torch.cat([batch.mask, batch.mask.new_ones(len(keep), 1)], dim=1)
+        input_ids = torch.tensor([tokens[i] for i in keep], device=self.device)[:, None]
+        logits = self._forward(input_ids, mask, batch.positions, batch.cache)
+        self._batch = _Batch(batch.rows, batch.cache, mask, batch.positions + 1, logits)
+
+    def _select(self, batch: _Batch, keep: list[int]) -> _Batch:
+        """Keep only some rows, and drop the leading columns that are padding in every row that stays."""
+        index = torch.tensor(keep, device=self.device)
+        mask = batch.mask[index]
+        start = int(mask.any(dim=0).nonzero()[0])
+        cache = self._cache([(k[index, :, start:], v[index, :, start:]) for k, v, _ in batch.cache])
+        rows = [batch.rows[i] for i in keep]
+        return _Batch(rows, cache, mask[:, start:], batch.positions[index], batch.logits[index])
+
+    def _join(self, a: _Batch, b: _Batch) -> _Batch:
+        """One batch of a's rows then b's: the narrower cache and mask get padding on the left."""
+        width = max(a.mask.shape[1], b.mask.shape[1])
+
+        def stack(x: torch.Tensor, y: torch.Tensor, dim: int) -> torch.Tensor:
+            return torch.cat([_pad_left(x, width, dim), _pad_left(y, width, dim)])
+
+        layers = zip(a.cache, b.cache)
+        cache = self._cache([(stack(ka, kb, -2), stack(va, vb, -2)) for (ka, va, _), (kb, vb, _) in layers])
+        return _Batch(
+            a.rows + b.rows,
+            cache,
+            stack(a.mask, b.mask, -1),
+            torch.cat([a.positions, b.positions]),
+            torch.cat([a.logits, b.logits]),
+        )
+
+    def _cache(self, layers: list[tuple[torch.Tensor, torch.Tensor]]) -> DynamicCache:
+        """A cache that holds these (keys, values) per layer, each [rows, kv heads, width, head dim]."""
+        return DynamicCache(layers, config=self.model.config)
+
+    def _forward(self, input_ids, attention_mask, positions, cache) -> torch.Tensor:
+        """Next-token logits [rows, vocab] after the last column; the cache grows by the input's columns."""
+        with self._step_lock:
             out = self.model(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
                 position_ids=positions,
                 past_key_values=cache,
                 use_cache=True,
-                **kwargs,
+                logits_to_keep=1,
             )
         return out.logits[:, -1].float()
 
@@ -209,6 +273,12 @@ class HFEngine:
         if len(request.prompt_ids) + len(request.token_ids) >= self.max_len:
             return "length"
         return None
+
+
+def _pad_left(x: torch.Tensor, width: int, dim: int) -> torch.Tensor:
+    """Zeros before x along dim (-1 or -2) up to width: masked-out padding columns of a mask or a KV cache."""
+    missing = width - x.shape[dim]
+    return x if missing == 0 else F.pad(x, (missing, 0) if dim == -1 else (0, 0, missing, 0))
 
 
 def _eos_token_ids(model, tokenizer) -> list[int]:

@@ -1,9 +1,12 @@
-"""HFEngine on the tiny model: batching does not change results, stops and lengths, exact logprobs, threads."""
+"""HFEngine on the tiny model: batching (and joining a running batch) does not change results, stops and lengths,
+exact logprobs, threads."""
 
 import asyncio
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+import torch
 from transformers import GenerationConfig
 
 from patchgym.inference.base import SamplingParams
@@ -27,10 +30,28 @@ def run_together(engine, prompts, params_list):
 
 
 def count_batches(engine, monkeypatch) -> list[int]:
+    """The sizes of the groups of requests that were prefilled together."""
     sizes = []
     decode = engine._decode
     monkeypatch.setattr(engine, "_decode", lambda rows: (sizes.append(len(rows)), decode(rows))[1])
     return sizes
+
+
+def count_rows(engine, monkeypatch, pause_after: int = 0) -> tuple[list[int], threading.Event, threading.Event]:
+    """The rows of every forward pass (prefills and decode steps). With pause_after, the worker stops after that many
+    passes: it sets `paused`, then waits for the test to set `resume`."""
+    rows, paused, resume = [], threading.Event(), threading.Event()
+    forward = engine._forward
+
+    def watched(input_ids, *args):
+        rows.append(input_ids.shape[0])
+        if len(rows) == pause_after:
+            paused.set()
+            resume.wait(30)
+        return forward(input_ids, *args)
+
+    monkeypatch.setattr(engine, "_forward", watched)
+    return rows, paused, resume
 
 
 @pytest.mark.parametrize("params", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
@@ -45,6 +66,65 @@ def test_batched_equals_alone(engine, prompts, params, monkeypatch):
     for a, b in zip(alone, together):
         assert a.token_ids == b.token_ids and a.finish_reason == b.finish_reason
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+
+
+@pytest.mark.parametrize("newcomer_wider", [True, False], ids=["newcomer-wider", "running-wider"])
+def test_a_request_joins_a_running_batch(engine, tiny, prompts, newcomer_wider, monkeypatch, reference_logprobs):
+    """A request that arrives while another decodes joins it at the next step rather than waiting for it to end: it
+    finishes first, and both give what they give alone. Joining early pads the running row's cache on the left,
+    joining late pads the newcomer's."""
+    model, _ = tiny
+    first_prompt, second_prompt = prompts[0], prompts[2]
+    join_after = 2 if newcomer_wider else 20  # forward passes of the first request before the second arrives
+    running_width = len(first_prompt) + join_after - 1  # its prompt and the tokens fed back by then
+    assert (running_width < len(second_prompt)) == newcomer_wider
+    long = SamplingParams(temperature=0.8, max_new_tokens=80, seed=3)
+    short = SamplingParams(temperature=0.8, max_new_tokens=10, seed=4)
+    long_alone, short_alone = engine.generate(first_prompt, long), engine.generate(second_prompt, short)
+    assert len(long_alone.token_ids) > join_after + len(short_alone.token_ids)  # so the first is still running
+
+    rows, paused, resume = count_rows(engine, monkeypatch, pause_after=join_after)
+    finished = []
+    first = engine.submit(first_prompt, long)
+    first.add_done_callback(lambda _: finished.append("first"))
+    assert paused.wait(30)
+    second = engine.submit(second_prompt, short)
+    second.add_done_callback(lambda _: finished.append("second"))
+    resume.set()
+    results = first.result(timeout=60), second.result(timeout=60)
+
+    assert finished == ["second", "first"]
+    assert rows[: join_after + 2] == [1] * (join_after + 1) + [2] and max(rows) == 2  # its prefill, then together
+    for gen, alone, prompt in zip(results, (long_alone, short_alone), (first_prompt, second_prompt)):
+        assert gen.token_ids == alone.token_ids and gen.finish_reason == alone.finish_reason
+        assert gen.logprobs == pytest.approx(alone.logprobs, abs=1e-4)
+        assert gen.logprobs == pytest.approx(reference_logprobs(model, prompt, gen.token_ids, 0.8), abs=1e-4)
+
+
+def test_a_full_batch_makes_newcomers_wait(tiny, prompts, monkeypatch):
+    model, tokenizer = tiny
+    params_list = [seeded(SAMPLED, seed) for seed in range(len(prompts))]
+    with HFEngine(model, tokenizer, max_batch=2) as eng:
+        alone = run_alone(eng, prompts, params_list)
+        rows, _, _ = count_rows(eng, monkeypatch)
+        together = run_together(eng, prompts, params_list)
+    assert max(rows) == 2
+    assert [g.token_ids for g in together] == [g.token_ids for g in alone]
+
+
+def test_greedy_matches_model_generate(engine, tiny, prompts):
+    model, tokenizer = tiny
+    together = run_together(engine, prompts, [GREEDY] * len(prompts))
+    for prompt, gen in zip(prompts, together):
+        ids = torch.tensor([prompt])
+        out = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            do_sample=False,
+            max_new_tokens=GREEDY.max_new_tokens,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+        assert gen.token_ids == out[0, len(prompt) :].tolist()
 
 
 def test_same_seed_same_sample_other_seed_differs(engine, prompts):
@@ -76,16 +156,33 @@ def test_stop_tokens_and_max_new_tokens(engine, prompts):
     assert short.token_ids == full.token_ids[:3] and short.finish_reason == "length"
 
 
+def test_the_context_ends_a_request_and_its_batch_mate_goes_on(engine, prompts):
+    """A prompt 3 tokens short of the context gets 3 tokens; the short row that shared its batch then decodes on a
+    cache cut down to its own width, and still matches its solo run."""
+    long_prompt = (prompts[1] * 100)[: engine.max_len - 3]
+    params = seeded(SAMPLED, 5)
+    alone = run_alone(engine, [long_prompt, prompts[0]], [params, params])
+    together = run_together(engine, [long_prompt, prompts[0]], [params, params])
+    assert alone[0].finish_reason == "length" and len(alone[0].token_ids) == 3
+    assert len(alone[1].token_ids) > 3
+    for a, b in zip(alone, together):
+        assert a.token_ids == b.token_ids and a.finish_reason == b.finish_reason
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+
+
 def test_eos_stops_without_being_asked(tiny, prompts):
     """The end-of-turn token always stops a request: force it by making <|im_end|> the model's argmax."""
     model, tokenizer = tiny
     eos = tokenizer.eos_token_id
-    bias = model.lm_head.weight.detach().clone()
+    original = model.lm_head.weight.detach().clone()  # tied to the embeddings: restore it from a copy
+    bias = original.clone()
     bias[eos] = model.model.norm.weight.detach().sign() * 50  # huge logit for eos from any hidden state
-    with HFEngine(model, tokenizer) as eng:
-        eng.load_weights({"lm_head.weight": bias})
-        gen = eng.generate(prompts[0], GREEDY)
-    model.lm_head.weight.data.copy_(model.model.embed_tokens.weight.data)
+    try:
+        with HFEngine(model, tokenizer) as eng:
+            eng.load_weights({"lm_head.weight": bias})
+            gen = eng.generate(prompts[0], GREEDY)
+    finally:
+        model.lm_head.weight.data.copy_(original)
     assert gen.token_ids[-1] == eos and gen.finish_reason == "stop"
 
 
@@ -146,6 +243,16 @@ def test_load_weights_changes_the_policy(tiny, prompts):
         eng.load_weights(original)
         again = eng.generate(prompts[1], GREEDY)
     assert before.logprobs != after.logprobs and again.token_ids == before.token_ids
+
+
+def test_close_serves_what_was_queued(tiny, prompts):
+    model, tokenizer = tiny
+    eng = HFEngine(model, tokenizer, max_batch=2)
+    futures = [eng.submit(p, seeded(SAMPLED, seed)) for seed, p in enumerate(prompts)]  # two wait for room
+    eng.close()
+    assert all(f.done() and f.exception() is None for f in futures)
+    with pytest.raises(RuntimeError):
+        eng.submit(prompts[0], SAMPLED)
 
 
 def test_bad_requests_and_close(tiny):
