@@ -12,7 +12,7 @@ install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
-	$(BIN)/pip install -q -c constraints.txt -e '.[test]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[test,lora]'
 	touch $@
 
 image: host install
@@ -24,6 +24,8 @@ demo: image
 	$(BIN)/patchgym tasks build --packages isodate,toolz --per-package 3 --out runs/demo-tasks
 	$(BIN)/patchgym eval --tasks runs/demo-tasks/tasks.jsonl --policy oracle --out runs/demo-oracle
 	$(BIN)/patchgym eval --tasks runs/demo-tasks/tasks.jsonl --policy null --out runs/demo-null
+	$(BIN)/patchgym train -c configs/demo.yaml --out runs/demo-train --resume
+	$(BIN)/patchgym report runs/demo-train
 
 test: image
 	$(BIN)/pytest

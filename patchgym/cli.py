@@ -302,6 +302,216 @@ def serve(model: str = typer.Option(..., help='"smollm2", "tiny", a model direct
             pass
 
 
+@app.command()
+def train(files: list[Path] = ConfigFiles,
+          resume: bool = typer.Option(False, "--resume", help="continue the run in --out from its latest checkpoint "
+                                                              "(its config.yaml unless -c is given)"),
+          out: Path | None = typer.Option(None, help="run directory (default: RUN_DIR/train-<time>)"),
+          overrides: list[str] = Overrides) -> None:
+    """RL-train the policy: rollouts, grades, filters, advantages, policy updates, weight sync, checkpoints."""
+    from patchgym.rl.shaping import SamplingExhausted
+    from patchgym.train.loop import Trainer, TrainError
+
+    if resume and out is None:
+        console.print("[red]--resume needs --out RUN: the run directory to continue[/red]")
+        raise typer.Exit(2)
+    if resume and not files and (out / "config.yaml").is_file():
+        files = [out / "config.yaml"]
+    config = _config(files, overrides)
+    try:
+        run = Trainer(config, out).run(resume=resume)
+    except (TrainError, SamplingExhausted) as exc:
+        console.print(f"[red]{exc}[/red]", soft_wrap=True)
+        raise typer.Exit(2) from None
+    _print_run(run, "train")
+
+
+@app.command()
+def rft(tasks: Path = typer.Option(..., help="tasks JSONL"),
+        model: str | None = typer.Option(None, help="the policy (sets inference.model)"),
+        runs: int = typer.Option(10, min=1, help="rollouts per task (Nebius: 10)"),
+        out: Path = typer.Option(..., help="run directory; rerunning with it resumes the rollouts"),
+        limit: int | None = typer.Option(None, help="only the first N tasks"),
+        files: list[Path] = ConfigFiles, overrides: list[str] = Overrides) -> None:
+    """Rejection fine-tuning: N rollouts per task, keep the resolved ones, SFT one epoch, save a checkpoint."""
+    from patchgym.tasks import TaskError, read_tasks
+    from patchgym.train.loop import TrainError
+    from patchgym.train.rft import rft as run_rft
+
+    config = _config(files, [*[f"inference.model={model}"] * bool(model), *(overrides or [])])
+    try:
+        checkpoint = run_rft(config, read_tasks(tasks)[:limit], runs, out)
+    except (TaskError, TrainError) as exc:
+        console.print(f"[red]{exc}[/red]", soft_wrap=True)
+        raise typer.Exit(2) from None
+    _print_run(out, "rft", checkpoint)
+
+
+@app.command()
+def sft(trajectories: list[Path] = typer.Option(..., "--trajectories", help="trajectory .jsonl/.json file(s) or "
+                                                                             "run directories (repeatable)"),
+        model: str | None = typer.Option(None, help="the model to fine-tune (sets inference.model)"),
+        out: Path = typer.Option(..., help="run directory"),
+        resolved_only: bool = typer.Option(False, "--resolved-only", help="keep only trajectories that resolved"),
+        files: list[Path] = ConfigFiles, overrides: list[str] = Overrides) -> None:
+    """SFT one epoch on trajectories: loss on sampled tokens only, format-error turns masked; save a checkpoint."""
+    from patchgym.train.loop import TrainError
+    from patchgym.train.rft import read_trajectories
+    from patchgym.train.rft import sft as run_sft
+
+    config = _config(files, [*[f"inference.model={model}"] * bool(model), *(overrides or [])])
+    try:
+        records = read_trajectories(trajectories)
+        checkpoint = run_sft(config, [t for t in records if t.resolved or not resolved_only], out)
+    except TrainError as exc:
+        console.print(f"[red]{exc}[/red]", soft_wrap=True)
+        raise typer.Exit(2) from None
+    _print_run(out, "sft", checkpoint)
+
+
+def _print_run(run: Path, kind: str, checkpoint: Path | None = None) -> None:
+    from patchgym.train.checkpoint import latest_checkpoint
+
+    checkpoint = checkpoint or latest_checkpoint(run)
+    console.print(f"{kind} run: {run}\nmetrics: {run / 'metrics.jsonl'}  (TensorBoard: tensorboard --logdir "
+                  f"{run / 'tensorboard'})", soft_wrap=True)
+    if checkpoint is not None:
+        console.print(f"checkpoint: {checkpoint} (model: {checkpoint / 'model'})", soft_wrap=True)
+    console.print(f"report: patchgym report {run} -> {run / 'report.html'}", soft_wrap=True)
+
+
+@app.command()
+def report(run: Path = typer.Argument(..., help="a train, eval or select run directory")) -> None:
+    """Write RUN/report.html: the summary table and PNG plots (reward, pass@k, steps, tokens, terminations, time)."""
+    from patchgym.report import RunError, write_report
+
+    try:
+        out = write_report(run)
+    except RunError as exc:
+        console.print(f"[red]{exc}[/red]", soft_wrap=True)
+        raise typer.Exit(2) from None
+    console.print(f"report: {out} (plots in {out.parent / 'report'})", soft_wrap=True)
+
+
+@app.command()
+def view(run: Path = typer.Argument(..., help="a train or eval run directory"),
+         port: int = typer.Option(8765, help="port to listen on (0: any free port)"),
+         host: str = typer.Option("127.0.0.1", help="address to bind (0.0.0.0 shows the run to the whole network)")
+         ) -> None:
+    """Serve a trajectory viewer for RUN: a filterable table; per trajectory its turns, patch and grade per test."""
+    from patchgym.report import RunError
+    from patchgym.viewer import make_server
+
+    try:
+        server = make_server(run, host, port)
+    except RunError as exc:
+        console.print(f"[red]{exc}[/red]", soft_wrap=True)
+        raise typer.Exit(2) from None
+    except OSError as exc:
+        console.print(f"[red]cannot listen on {host}:{port}: {exc.strerror} (choose another --port)[/red]")
+        raise typer.Exit(2) from None
+    bound_host, bound_port = server.server_address[:2]
+    console.print(f"viewing {run} at http://{bound_host}:{bound_port}/ (Ctrl-C to stop)", soft_wrap=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+MoreAndOverrides = typer.Argument(None, show_default=False, help="more paths for the option before, and overrides "
+                                                                 "like verifier.repro_tests=5")
+
+
+def _verify_config(files: list[Path], args: list[str] | None) -> tuple[Config, list[Path]]:
+    """(the config, the extra paths among `args`: those without '=')."""
+    args = args or []
+    try:
+        config = load_config(files, [a for a in args if "=" in a])
+    except ConfigError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
+    return config, [Path(a) for a in args if "=" not in a]
+
+
+@app.command("select")
+def select_(runs: list[Path] = typer.Option(..., "--runs", help="eval run directories: the candidates (more may "
+                                                                "follow as plain arguments)"),
+            tasks: Path = typer.Option(..., help="the tasks JSONL the runs were made from"),
+            verifier: str = typer.Option("hybrid", help="ef (P(YES)), eb (tests) or hybrid"),
+            k: str = typer.Option("1,2,4,8,16", help="comma-separated k for Best@k and Pass@k"),
+            out: Path = typer.Option(..., help="selection directory to write"),
+            model: str | None = typer.Option(None, help="the verifier model (sets verifier.model)"),
+            as_json: bool = typer.Option(False, "--json", help="end with one JSON line: the summary"),
+            files: list[Path] = ConfigFiles, args: list[str] = MoreAndOverrides) -> None:
+    """Pick one trajectory per task with a verifier; write Best@k vs Pass@k, scores, choices and preds to OUT."""
+    from patchgym.inference.factory import make_engine
+    from patchgym.tasks import TaskError, read_tasks
+    from patchgym.verify.run import select
+    from patchgym.verify.scoring import VerifierError
+
+    config, more = _verify_config(files, [*[f"verifier.model={model}"] * bool(model), *(args or [])])
+    try:
+        ks = [int(x) for x in k.split(",") if x.strip()]
+        if not ks or min(ks) < 1:
+            raise ValueError(f"k must be positive integers, got {k!r}")
+        task_list = read_tasks(tasks)
+    except (ValueError, TaskError) as exc:
+        console.print(f"[red]--k or --tasks: {exc}[/red]", soft_wrap=True)
+        raise typer.Exit(2) from None
+    spec = config.verifier.model or config.inference.model
+    engine = make_engine(config.inference.model_copy(update={"model": spec}))
+    try:
+        summary = select([*runs, *more], task_list, verifier, ks, out, engine, config.verifier, config.sandbox,
+                         model_name=spec, seed=config.seed, progress=not as_json)
+    except VerifierError as exc:
+        console.print(f"[red]{exc}[/red]", soft_wrap=True)
+        raise typer.Exit(2) from None
+    finally:
+        engine.close()
+    if as_json:
+        print(json.dumps(summary))
+        return
+    table = Table(title=f"select {verifier} ({spec}): {summary['tasks']} tasks, {summary['candidates']} candidates")
+    for column in ("k", "best@k", "pass@k"):
+        table.add_column(column, justify="right")
+    for n in summary["k"]:
+        best, oracle = summary[f"best@{n}"], summary[f"pass@{n}"]
+        table.add_row(str(n), "n/a" if best is None else f"{best:.1%}", "n/a" if oracle is None else f"{oracle:.1%}")
+    console.print(table)
+    for n, reason in summary["null_k"].items():
+        console.print(f"k={n}: n/a, {reason}", soft_wrap=True)
+    console.print(f"wrote {out}/summary.json, scores.jsonl, choices.jsonl, preds.jsonl", soft_wrap=True)
+
+
+@app.command("train-verifier")
+def train_verifier_(trajectories: list[Path] = typer.Option(..., "--trajectories", help="graded trajectory .jsonl "
+                                                            "files or eval run directories (more may follow)"),
+                    model: str = typer.Option(..., help="the model to fine-tune: smollm2, tiny, a directory, a hub id"),
+                    out: Path = typer.Option(..., help="directory for the fine-tuned verifier (load_model(DIR))"),
+                    files: list[Path] = ConfigFiles, args: list[str] = MoreAndOverrides) -> None:
+    """Fine-tune a YES/NO judge on graded trajectories (label = resolved), the loss on the verdict token only."""
+    import torch
+
+    from patchgym.train.loop import TrainError
+    from patchgym.train.rft import read_trajectories
+    from patchgym.verify.scoring import VerifierError
+    from patchgym.verify.train import train_verifier
+
+    config, more = _verify_config(files, args)
+    torch.set_num_threads(config.inference.threads)
+    try:
+        summary = train_verifier(read_trajectories([*trajectories, *more]), model, out, config.verifier,
+                                 config.train, device=config.inference.device, seed=config.seed)
+    except (TrainError, VerifierError) as exc:
+        console.print(f"[red]{exc}[/red]", soft_wrap=True)
+        raise typer.Exit(2) from None
+    console.print(f"verifier: {out} ({summary['examples']} examples, {summary['resolved']} resolved, "
+                  f"{summary['steps']} steps); verdict loss {summary['loss_before']:.4f} -> "
+                  f"{summary['loss_after']:.4f}", soft_wrap=True)
+
+
 @tasks_app.command("build")
 def tasks_build(packages: str = typer.Option(..., help="comma-separated package names from the recipes, or all"),
                 per_package: int = typer.Option(3, help="tasks wanted per package"),

@@ -14,8 +14,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from patchgym.agent.config import AgentConfig
 from patchgym.inference.config import InferenceConfig
+from patchgym.rl.config import AlgorithmConfig
 from patchgym.rollout.config import RolloutConfig
 from patchgym.sandbox.config import SandboxConfig
+from patchgym.train.config import TrainConfig
+from patchgym.verify.config import VerifierConfig
 
 M = TypeVar("M", bound=BaseModel)
 KeyPath = tuple[Any, ...]
@@ -36,6 +39,9 @@ class Config(BaseModel):
     agent: AgentConfig = AgentConfig()
     inference: InferenceConfig = InferenceConfig()
     rollout: RolloutConfig = RolloutConfig()
+    train: TrainConfig = TrainConfig()
+    algorithm: AlgorithmConfig = AlgorithmConfig()
+    verifier: VerifierConfig = VerifierConfig()
 
 
 def load_config(

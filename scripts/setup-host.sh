@@ -3,7 +3,7 @@
 # Safe to run again: installs only what is missing, starts dockerd only when none answers.
 set -euo pipefail
 
-PACKAGES=(docker.io bubblewrap debootstrap util-linux git make python3-venv)
+PACKAGES=(docker.io bubblewrap debootstrap util-linux git make python3-venv chromium chromium-driver)
 DOCKERD_LOG=${DOCKERD_LOG:-/var/log/patchgym-dockerd.log}
 
 missing=()

@@ -88,7 +88,7 @@ def test_default_yaml_equals_the_defaults_and_lists_every_field():
     assert load_config([DEFAULT_YAML]) == Config()
     raw = yaml.safe_load(DEFAULT_YAML.read_text())
     assert set(raw) == set(Config.model_fields)
-    for section in ("sandbox", "inference", "rollout"):
+    for section in ("sandbox", "inference", "rollout", "train", "algorithm", "verifier"):
         assert set(raw[section]) == set(type(getattr(Config(), section)).model_fields), section
 
 
@@ -112,7 +112,7 @@ def test_unknown_key_lists_allowed_keys_and_suggests_the_closest(tmp_path):
 def test_unknown_top_level_key_without_a_close_match():
     msg = error(overrides=["zzz=1"])
     assert "zzz (from override 'zzz=1')" in msg
-    assert "allowed keys at the top level: agent, inference, rollout, run_dir, sandbox, seed" in msg
+    assert "allowed keys at the top level: agent, algorithm, inference, rollout, run_dir, sandbox, seed, train, verifier" in msg
     assert "did you mean" not in msg
 
 

@@ -1,0 +1,98 @@
+"""Training batches from trajectories: one token sequence per trajectory (built from its stored ids, never
+re-tokenised), micro-batches packed by a token budget, and padded tensors for one forward pass."""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from patchgym.agent.tokens import build_training_sequence
+from patchgym.agent.trajectory import Trajectory
+
+
+@dataclass
+class TrainSequence:
+    """One trajectory as the trainer sees it; the three lists are aligned by position."""
+
+    input_ids: list[int]
+    loss_mask: list[int]  # 1 on sampled tokens (end-of-turn included), 0 on prompt, observations, template closings
+    rollout_logprobs: list[float]  # the engine's logprob of each sampled token, 0 elsewhere
+    advantage: float
+    trajectory_id: str = ""
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    @property
+    def policy_tokens(self) -> int:
+        return sum(self.loss_mask)
+
+
+def sequences_from_trajectories(
+    trajectories: Sequence[Trajectory], advantages: Sequence[float], *, mask_format_errors: bool = False
+) -> list[TrainSequence]:
+    """One TrainSequence per trajectory that has a token to learn from, with its advantage.
+
+    `mask_format_errors` zeroes the mask of turns the environment could not parse (RFT/SFT: learn only the turns
+    that worked). A trajectory left with no masked-in token is skipped: it would add nothing to any loss or
+    denominator. Pass only trajectories that take loss (compact filtering drops the others before this).
+    """
+    if len(trajectories) != len(advantages):
+        raise ValueError(f"{len(trajectories)} trajectories but {len(advantages)} advantages")
+    sequences = []
+    for trajectory, advantage in zip(trajectories, advantages):
+        input_ids, loss_mask, logprobs = build_training_sequence(trajectory)
+        if mask_format_errors:
+            loss_mask = _mask_format_error_turns(trajectory, loss_mask)
+        if any(loss_mask):
+            sequences.append(TrainSequence(input_ids, loss_mask, logprobs, float(advantage), trajectory.trajectory_id))
+    return sequences
+
+
+def _mask_format_error_turns(trajectory: Trajectory, loss_mask: list[int]) -> list[int]:
+    """A copy of `loss_mask` with the sampled ids of format-error turns set to 0 (same layout as the sequence)."""
+    masked = list(loss_mask)
+    start = 0
+    for turn in trajectory.turns:
+        start += len(turn.prompt_ids)
+        if turn.format_error:
+            masked[start:start + len(turn.completion_ids)] = [0] * len(turn.completion_ids)
+        start += len(turn.completion_ids) + len(turn.close_ids)
+    return masked
+
+
+def pack_micro_batches(sequences: Sequence[TrainSequence], token_budget: int) -> list[list[int]]:
+    """Indices of `sequences` grouped so that each group's padded size (rows x longest) is <= `token_budget`.
+
+    Greedy over the sequences sorted longest first, so each group pads little; a sequence longer than the budget
+    gets a group of its own. The result depends only on the lengths, so every rank packs the same way.
+    """
+    if token_budget < 1:
+        raise ValueError(f"token_budget must be >= 1, got {token_budget}")
+    order = sorted(range(len(sequences)), key=lambda i: (-len(sequences[i]), i))
+    groups: list[list[int]] = []
+    for i in order:
+        # Sorted longest first, so a group's first member sets its padded width.
+        if groups and (len(groups[-1]) + 1) * len(sequences[groups[-1][0]]) <= token_budget:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
+def collate(sequences: Sequence[TrainSequence], pad_id: int) -> dict[str, Tensor]:
+    """Right-padded [rows, width] tensors: input_ids, attention_mask, loss_mask, rollout_logprobs, and advantages
+    (each row's advantage repeated over its positions; the loss mask decides where it counts)."""
+    width = max(len(s) for s in sequences)
+
+    def padded(values: list, fill, dtype: torch.dtype) -> Tensor:
+        return torch.tensor([v + [fill] * (width - len(v)) for v in values], dtype=dtype)
+
+    return {
+        "input_ids": padded([s.input_ids for s in sequences], pad_id, torch.long),
+        "attention_mask": padded([[1] * len(s) for s in sequences], 0, torch.long),
+        "loss_mask": padded([s.loss_mask for s in sequences], 0, torch.float32),
+        "rollout_logprobs": padded([s.rollout_logprobs for s in sequences], 0.0, torch.float32),
+        "advantages": torch.tensor([[s.advantage] for s in sequences], dtype=torch.float32).expand(-1, width).clone(),
+    }

@@ -1,0 +1,148 @@
+"""Checkpoints in RUN/checkpoints/iter-N/: the model in Hugging Face format, optimizer and scheduler state, loop state.
+
+Layout of one checkpoint:
+  model/         save_pretrained + the tokenizer: `AutoModelForCausalLM.from_pretrained(.../model)` loads it
+                 (with LoRA: the adapter merged into the base weights)
+  adapter/       with LoRA only: the peft adapter, which resuming loads onto the base model
+  optimizer.pt   {"optimizer": ..., "scheduler": ...} state dicts
+  rng.pt         python, torch (and CUDA) random states
+  state.json     the loop state (iteration, task order and cursor, stage, curriculum counts, ...)
+
+A checkpoint is written into a temporary directory beside the others, fsync'd, and renamed into place, so an
+`iter-N` directory is always whole: a crash leaves only a `.tmp-*` directory, which the next save removes.
+"""
+
+import json
+import os
+import random
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from patchgym.train.prepare import full_state_dict
+
+CHECKPOINT = re.compile(r"^iter-(\d+)$")
+
+
+def checkpoints_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "checkpoints"
+
+
+def save_checkpoint(run_dir: str | Path, iteration: int, model, tokenizer, optimizer=None, scheduler=None, *,
+                    state: dict[str, Any], keep: int = 2) -> Path:
+    """Write RUN/checkpoints/iter-`iteration` atomically, then delete all but the newest `keep` checkpoints."""
+    root = checkpoints_dir(run_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    for stale in root.glob(".tmp-*"):  # left by a crash mid-save
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = root / f".tmp-iter-{iteration}-{os.getpid()}"
+    _save_model(model, tokenizer, tmp)
+    torch.save({"optimizer": optimizer.state_dict() if optimizer is not None else None,
+                "scheduler": scheduler.state_dict() if scheduler is not None else None}, tmp / "optimizer.pt")
+    torch.save(_rng_state(), tmp / "rng.pt")
+    (tmp / "state.json").write_text(json.dumps({"iteration": iteration, **state}, indent=1))
+    _fsync_tree(tmp)
+    final = root / f"iter-{iteration}"
+    replaced = root / f".tmp-replaced-iter-{iteration}-{os.getpid()}"
+    if final.exists():  # saved again (an sft rerun into the same directory): move the old one aside first
+        os.rename(final, replaced)
+    os.rename(tmp, final)
+    _fsync_dir(root)
+    shutil.rmtree(replaced, ignore_errors=True)
+    for old in list_checkpoints(run_dir)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def list_checkpoints(run_dir: str | Path) -> list[Path]:
+    """The whole checkpoints of a run, oldest first."""
+    root = checkpoints_dir(run_dir)
+    found = [(int(m.group(1)), p) for p in root.glob("iter-*") if (m := CHECKPOINT.match(p.name))
+             and (p / "state.json").is_file()] if root.is_dir() else []
+    return [p for _, p in sorted(found)]
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    """The newest checkpoint of a run, or None."""
+    found = list_checkpoints(run_dir)
+    return found[-1] if found else None
+
+
+def read_state(checkpoint: str | Path) -> dict[str, Any]:
+    path = Path(checkpoint) / "state.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"checkpoint state '{path}' cannot be read: {exc}") from None
+
+
+def load_training_state(checkpoint: str | Path, optimizer=None, scheduler=None) -> dict[str, Any]:
+    """Restore optimizer, scheduler and random states from `checkpoint`; return its loop state."""
+    checkpoint = Path(checkpoint)
+    saved = torch.load(checkpoint / "optimizer.pt", map_location="cpu", weights_only=False)
+    if optimizer is not None and saved["optimizer"] is not None:
+        optimizer.load_state_dict(saved["optimizer"])
+    if scheduler is not None and saved["scheduler"] is not None:
+        scheduler.load_state_dict(saved["scheduler"])
+    _set_rng_state(torch.load(checkpoint / "rng.pt", weights_only=False))
+    return read_state(checkpoint)
+
+
+def load_adapter(model, checkpoint: str | Path) -> None:
+    """Put a checkpoint's LoRA adapter weights into a peft `model` built like the one that saved it."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    path = Path(checkpoint) / "adapter" / "adapter_model.safetensors"
+    if not path.is_file():
+        raise ValueError(f"checkpoint '{checkpoint}' has no LoRA adapter ({path}), but train.lora is set")
+    set_peft_model_state_dict(model, load_file(path))
+
+
+def is_peft(model) -> bool:
+    return hasattr(model, "peft_config")
+
+
+def _save_model(model, tokenizer, directory: Path) -> None:
+    if is_peft(model):
+        model.save_pretrained(directory / "adapter")
+        base = model.get_base_model()
+        base.save_pretrained(directory / "model", state_dict=full_state_dict(model))
+    else:
+        model.save_pretrained(directory / "model")
+    tokenizer.save_pretrained(directory / "model")
+
+
+def _rng_state() -> dict[str, Any]:
+    state = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _fsync_tree(directory: Path) -> None:
+    for path in sorted(directory.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        if path.is_file():
+            with open(path, "rb") as f:
+                os.fsync(f.fileno())
+        else:
+            _fsync_dir(path)
+    _fsync_dir(directory)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,39 @@
+"""The `train:` section of a patchgym config: what the trainer samples, how it optimises, and how often it saves.
+
+The RL math itself is the `algorithm:` section (patchgym.rl.config.AlgorithmConfig); both sit in the top-level Config.
+"""
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class TrainConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tasks: str | None = Field(None, description="tasks JSONL to train on (required by train)")
+    iterations: int = Field(10, ge=1, description="RL iterations: rollouts, then one policy update each")
+    tasks_per_iteration: int = Field(8, ge=1, description="tasks drawn per iteration (DAPO: groups kept per batch)")
+    samples_per_task: int = Field(8, ge=2, description="G: rollouts per task; the group its advantages compare")
+    shuffle_tasks: bool = Field(True, description="draw tasks in an order seeded by `seed` (reshuffled each pass "
+                                                   "over the pool); false = file order")
+    stage_iterations: list[int] = Field([], description=(
+        "iterations of each algorithm.stages entry but the last, which runs until `iterations`"))
+    lr: float = Field(1e-6, gt=0, description="peak learning rate (AdamW)")
+    weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay (Nebius: 0.1)")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas")
+    warmup_steps: int = Field(0, ge=0, description="optimizer steps of linear warmup")
+    lr_schedule: Literal["constant", "cosine", "linear"] = Field("constant", description=(
+        "after warmup: constant, or decay to 0 by the last optimizer step (cosine or linear)"))
+    max_grad_norm: float = Field(1.0, gt=0, description="gradient clipping (global L2 norm)")
+    mini_batches: int = Field(1, ge=1, description="K: optimizer steps per iteration, each on 1/K of the batch")
+    micro_token_budget: int = Field(8192, ge=16, description=(
+        "tokens per forward/backward pass (sequences are packed up to it; a longer one goes alone)"))
+    gradient_checkpointing: bool = Field(False, description="recompute activations in backward: less memory, "
+                                                            "about 30% more time")
+    lora: dict | None = Field(None, description=(
+        "peft LoraConfig keys (e.g. {r: 16, lora_alpha: 32, target_modules: all-linear}); null = full fine-tuning"))
+    bf16: bool = Field(False, description="bfloat16 autocast for the update; needs a CUDA inference.device")
+    checkpoint_every: int = Field(1, ge=1, description="save a checkpoint every N iterations (and after the last)")
+    keep_checkpoints: int = Field(2, ge=1, description="checkpoints kept on disk; older ones are deleted")
+    sft_batch_size: int = Field(64, ge=1, description="sft/rft: trajectories per optimizer step (Nebius RFT: 64)")

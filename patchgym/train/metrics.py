@@ -1,0 +1,155 @@
+"""Per-iteration training metrics: one JSON line each in RUN/metrics.jsonl, and the same numbers as TensorBoard
+scalars in RUN/tensorboard/.
+
+A line is appended with one write() on an O_APPEND descriptor and fsync'd, so a crash leaves whole lines. Opening
+the log for a run resumed after iteration N drops lines of later iterations (whose checkpoint was never written, so
+they will be redone): every iteration appears exactly once.
+"""
+
+import json
+import math
+import os
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from torch import Tensor
+
+from patchgym.agent.trajectory import Trajectory
+
+# Keys of every line (the policy update's own metrics come on top); nested dicts are counts.
+KEYS = (
+    "iteration", "stage", "optimizer_steps", "lr", "tasks", "trajectories", "rounds", "reward_mean", "reward_std",
+    "resolve_rate", "resolved", "advantage_mean", "advantage_std", "advantage_min", "advantage_max",
+    "advantage_zero_fraction", "trained_trajectories", "steps_per_trajectory", "sampled_tokens_per_trajectory",
+    "tokens_per_trajectory", "rollout_tokens_per_s", "terminations", "filters", "time_rollout_s", "time_grading_s",
+    "time_training_s", "time_weight_sync_s", "time_iteration_s",
+)
+# The policy update's numbers (patchgym.train.update.policy_update), renamed to say what they count; every line
+# has UPDATE_KEYS, null where the update did not report one (nothing trained).
+UPDATE_NAMES = {"tokens": "policy_tokens", "input_tokens": "train_input_tokens", "tokens_per_s": "train_tokens_per_s"}
+UPDATE_KEYS = ("loss", "clip_frac_low", "clip_frac_high", "clip_frac_dual", "rollout_logprob_gap", "entropy",
+               "grad_norm", "policy_tokens", "train_tokens_per_s")
+
+
+class MetricsLog:
+    """RUN/metrics.jsonl plus TensorBoard; `resume_after` = the last iteration whose results are kept."""
+
+    def __init__(self, run_dir: str | Path, resume_after: int = 0, tensorboard: bool = True):
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        _drop_after(self.path, resume_after)
+        self.writer = _tensorboard(Path(run_dir) / "tensorboard", resume_after + 1) if tensorboard else None
+
+    def write(self, record: dict[str, Any]) -> None:
+        line = (json.dumps(record) + "\n").encode()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if self.writer is not None:
+            for name, value in flatten(record).items():
+                self.writer.add_scalar(name, value, record["iteration"])
+            self.writer.flush()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    path = Path(run_dir) / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def flatten(record: dict[str, Any], prefix: str = "") -> dict[str, float]:
+    """The numeric values of a record, nested keys joined with '/' (TensorBoard groups them by that prefix)."""
+    out: dict[str, float] = {}
+    for key, value in record.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{name}/"))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and key != "iteration":
+            out[name] = float(value)
+    return out
+
+
+def rollout_stats(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
+    """Outcome and length statistics of an iteration's trajectories (infrastructure errors excluded from rates)."""
+    scored = [t for t in trajectories if t.termination != "infra_error"]
+    rewards = [float(t.resolved) for t in scored]
+    return {
+        "tasks": len({t.task_id for t in trajectories}),
+        "trajectories": len(trajectories),
+        "resolved": sum(t.resolved for t in scored),
+        "resolve_rate": _mean(rewards),
+        "steps_per_trajectory": _mean([t.steps for t in scored]),
+        "sampled_tokens_per_trajectory": _mean([t.sampled_tokens for t in scored]),
+        "tokens_per_trajectory": _mean([sum(len(x.prompt_ids) + len(x.completion_ids) + len(x.close_ids)
+                                            for x in t.turns) for t in scored]),
+        "terminations": dict(sorted(Counter(t.termination or "unfinished" for t in trajectories).items())),
+        "time_grading_s": sum(float((t.grade or {}).get("duration") or 0.0) for t in trajectories),
+    }
+
+
+def update_metrics(update: dict[str, float]) -> dict[str, float | None]:
+    """The policy update's metrics under UPDATE_NAMES (its time and step count are logged elsewhere)."""
+    out: dict[str, float | None] = {UPDATE_NAMES.get(k, k): v for k, v in update.items()
+                                    if k not in ("seconds", "steps")}
+    return {**dict.fromkeys(UPDATE_KEYS), **out}
+
+
+def reward_stats(rewards: Sequence[float]) -> dict[str, float]:
+    """Mean and (population) std of the shaped rewards the advantages were computed from."""
+    mean = _mean(rewards)
+    return {"reward_mean": mean, "reward_std": math.sqrt(_mean([(r - mean) ** 2 for r in rewards]))}
+
+
+def advantage_stats(advantages: Tensor) -> dict[str, float]:
+    """mean / std / min / max of the advantages, and the fraction that is exactly 0 (no gradient)."""
+    if advantages.numel() == 0:
+        return {f"advantage_{k}": 0.0 for k in ("mean", "std", "min", "max", "zero_fraction")}
+    a = advantages.double()
+    return {"advantage_mean": a.mean().item(), "advantage_std": a.std(unbiased=False).item(),
+            "advantage_min": a.min().item(), "advantage_max": a.max().item(),
+            "advantage_zero_fraction": (a == 0).double().mean().item()}
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def _drop_after(path: Path, iteration: int) -> None:
+    """Rewrite `path` without the lines of iterations after `iteration` (and without a line cut by a crash)."""
+    if not path.exists():
+        return
+    lines = path.read_text().splitlines(keepends=True)
+    keep = [line for line in lines if line.endswith("\n") and _iteration(line) <= iteration]
+    if keep == lines:
+        return
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w") as f:
+        f.writelines(keep)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _iteration(line: str) -> float:
+    try:
+        return json.loads(line)["iteration"]
+    except (ValueError, KeyError, TypeError):
+        return math.inf  # not a metrics line: dropped
+
+
+def _tensorboard(directory: Path, purge_step: int):
+    """A SummaryWriter that hides events of steps >= purge_step (iterations being redone), or None without
+    tensorboard installed (metrics.jsonl is then the only record)."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        return None
+    return SummaryWriter(str(directory), purge_step=purge_step)

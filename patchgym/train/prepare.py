@@ -1,0 +1,97 @@
+"""Getting a model and its optimizer ready to train: AdamW, the LR schedule, gradient checkpointing, LoRA (peft),
+FSDP2 sharding, and the full weights back out (for the inference engine and Hugging Face checkpoints)."""
+
+import math
+from collections.abc import Mapping
+
+import torch
+from torch import Tensor, nn
+from torch.optim.lr_scheduler import LambdaLR
+
+SCHEDULES = ("constant", "cosine", "linear")
+
+
+def make_optimizer(model: nn.Module, lr: float, weight_decay: float = 0.0,
+                   betas: tuple[float, float] = (0.9, 0.999)) -> torch.optim.AdamW:
+    """AdamW over the trainable parameters; norms and biases (1-D tensors) get no weight decay, as is usual."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
+              {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
+    return torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, betas=tuple(betas))
+
+
+def make_scheduler(optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int,
+                   kind: str = "constant") -> LambdaLR:
+    """LR factor per optimizer step: linear warmup over `warmup_steps` (the first step at lr/warmup), then
+    constant, or a cosine or linear decay that reaches 0 at `total_steps`."""
+    if kind not in SCHEDULES:
+        raise ValueError(f"unknown schedule {kind!r}; known: {', '.join(SCHEDULES)}")
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        if kind == "constant":
+            return 1.0
+        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+        return 0.5 * (1 + math.cos(math.pi * progress)) if kind == "cosine" else 1.0 - progress
+
+    return LambdaLR(optimizer, factor)
+
+
+def enable_gradient_checkpointing(model: nn.Module) -> None:
+    """Recompute each decoder layer in the backward pass instead of keeping its activations (non-reentrant)."""
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.config.use_cache = False
+
+
+def maybe_lora(model: nn.Module, lora_config: Mapping | None) -> nn.Module:
+    """`model` itself when `lora_config` is None, else a peft LoRA model that trains only the adapters.
+
+    `lora_config` holds peft.LoraConfig fields (r, lora_alpha, lora_dropout, target_modules, ...).
+    """
+    if lora_config is None:
+        return model
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError as exc:
+        raise ImportError("LoRA needs peft: pip install 'patchgym[lora]'") from exc
+    return get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", **dict(lora_config)))
+
+
+def shard_model(model: nn.Module, mesh=None) -> nn.Module:
+    """FSDP2: shard each decoder layer, then the rest, over `mesh` (default: all ranks of the default group).
+
+    Gradients are summed over ranks, not averaged (the losses carry global denominators; see update.py).
+    """
+    from torch.distributed.fsdp import FSDPModule, fully_shard
+
+    for layer in model.get_decoder().layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.set_gradient_divide_factor(1.0)
+            module.set_force_sum_reduction_for_comms(True)  # a plain SUM: gloo has no PREMUL_SUM
+    return model
+
+
+def full_state_dict(model: nn.Module) -> dict[str, Tensor]:
+    """The weights under the base model's own names, LoRA merged in and FSDP shards gathered (every rank must
+    call it when sharded): what `load_weights` of an engine and `save_pretrained` of the base model expect."""
+    if hasattr(model, "merge_adapter"):  # peft
+        model.merge_adapter()
+        try:
+            base = model.get_base_model()
+            return {_base_name(name): _full(t).detach().clone() for name, t in base.state_dict().items()
+                    if "lora_" not in name}
+        finally:
+            model.unmerge_adapter()
+    return {name: _full(t).detach() for name, t in model.state_dict().items()}
+
+
+def _base_name(name: str) -> str:
+    return name.replace(".base_layer.", ".")
+
+
+def _full(tensor: Tensor) -> Tensor:
+    return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor

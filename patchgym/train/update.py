@@ -1,0 +1,333 @@
+"""The optimizer steps of one RL iteration (`policy_update`) and of SFT (`sft_update`), over micro-batches packed by
+a token budget, with every denominator taken over the whole optimizer step (and over all data-parallel ranks), so
+that micro-batching and data parallelism give exactly the gradient of the full batch.
+
+Data parallelism: pass the plain model and `process_group`; the gradients of the ranks are summed (not averaged)
+after the backward passes, because each rank's loss is already its share of the global loss. An FSDP2 model
+(`shard_model`) reduces its own gradients; it is switched to summing them too.
+"""
+
+import math
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+
+from patchgym.rl.config import AlgorithmConfig
+from patchgym.rl.losses import aggregate_loss, kl_penalty, policy_loss
+from patchgym.train.batch import TrainSequence, collate, pack_micro_batches
+from patchgym.train.logprobs import final_hidden_states, sequence_logprobs
+from patchgym.train.prepare import (enable_gradient_checkpointing, full_state_dict, make_optimizer, make_scheduler,
+                                    maybe_lora, shard_model)
+
+__all__ = [  # the model and optimizer helpers of prepare.py are re-exported: one import for a training loop
+    "accumulate_policy_gradients", "enable_gradient_checkpointing", "full_state_dict", "make_optimizer",
+    "make_scheduler", "maybe_lora", "policy_update", "sequence_logprobs", "sft_update", "shard_model",
+    "split_mini_batches",
+]
+
+
+@dataclass(frozen=True)
+class StepDenominators:
+    """Policy tokens and non-empty sequences of one optimizer step, over all ranks."""
+
+    tokens: float
+    seqs: float
+
+
+class _Tally:
+    """Token-weighted sums of per-micro-batch metrics, reduced over ranks once at the end."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = defaultdict(float)
+
+    def add_weighted(self, metrics: dict[str, float], weight: float) -> None:
+        for name, value in metrics.items():
+            if name != "tokens":
+                self.sums[name] += value * weight
+        self.sums["_weight"] += weight
+
+    def add(self, name: str, value: float) -> None:
+        self.sums[name] += value
+
+    def reduce(self, process_group, device: torch.device) -> dict[str, float]:
+        names = sorted(self.sums)
+        if process_group is not None:
+            values = torch.tensor([self.sums[n] for n in names], dtype=torch.float64, device=device)
+            dist.all_reduce(values, group=process_group)
+            self.sums = dict(zip(names, values.tolist()))
+        return dict(self.sums)
+
+
+def split_mini_batches(count: int, mini_batches: int) -> list[range]:
+    """`mini_batches` contiguous slices of range(count), in order, sizes differing by at most one (the later ones
+    are the larger; some are empty when count is smaller). Under data parallelism the k-th optimizer step takes
+    the k-th slice of every rank."""
+    if mini_batches < 1:
+        raise ValueError(f"mini_batches must be >= 1, got {mini_batches}")
+    bounds = [k * count // mini_batches for k in range(mini_batches + 1)]
+    return [range(bounds[k], bounds[k + 1]) for k in range(mini_batches)]
+
+
+def step_denominators_of(sequences: Sequence[TrainSequence], process_group=None,
+                         device: torch.device | str = "cpu") -> StepDenominators:
+    """Policy tokens and non-empty sequences of `sequences`, summed over the ranks of `process_group` (the counts
+    travel on `device`: NCCL reduces only GPU tensors)."""
+    counts = torch.tensor([sum(s.policy_tokens for s in sequences), sum(s.policy_tokens > 0 for s in sequences)],
+                          dtype=torch.float64, device=device)
+    if process_group is not None:
+        dist.all_reduce(counts, group=process_group)
+    return StepDenominators(tokens=float(counts[0]), seqs=float(counts[1]))
+
+
+def accumulate_policy_gradients(
+    model: nn.Module,
+    sequences: Sequence[TrainSequence],
+    algo: AlgorithmConfig,
+    *,
+    micro_token_budget: int,
+    old_logprobs: Sequence[Tensor] | None = None,
+    ref_model: nn.Module | None = None,
+    process_group=None,
+    tally: _Tally | None = None,
+) -> float:
+    """Add to `.grad` the gradient of one optimizer step's policy loss over `sequences` (this rank's share).
+
+    `old_logprobs` (one [len] tensor per sequence) default to the current model's, detached: exact while the
+    weights have not changed since the rollouts, and free. Returns this rank's part of the loss.
+    """
+    device = _device(model)
+    den = step_denominators_of(sequences, process_group, device)
+    pad_id = _pad_id(model)
+    total = 0.0
+    for group in _plan(model, sequences, micro_token_budget, process_group):
+        if not group:
+            _idle_pass(model)
+            continue
+        batch = {k: v.to(device) for k, v in collate([sequences[i] for i in group], pad_id).items()}
+        mask = batch["loss_mask"]
+        need_entropy_grad = algo.entropy_coef > 0
+        logprobs, entropy = sequence_logprobs(model, batch["input_ids"], batch["attention_mask"], positions=mask,
+                                              entropy=True, entropy_grad=need_entropy_grad)
+        old = logprobs.detach() if old_logprobs is None else _pad_rows([old_logprobs[i] for i in group], mask)
+        loss, metrics = policy_loss(
+            logprobs, old, batch["advantages"], mask, clip_low=algo.clip_low, clip_high=algo.clip_high,
+            dual_clip=algo.dual_clip, agg_mode=algo.loss_agg_mode, norm_constant=algo.norm_constant,
+            rollout_logprobs=batch["rollout_logprobs"], tis_cap=algo.tis_cap,
+            global_tokens=den.tokens, global_seqs=den.seqs)
+        if algo.entropy_coef > 0:
+            loss = loss - algo.entropy_coef * _aggregate(entropy, mask, algo, den)
+        metrics["entropy"] = _masked_sum(entropy.detach(), mask) / max(metrics["tokens"], 1)
+        if algo.kl_coef > 0:
+            kl = kl_penalty(logprobs, _reference_logprobs(ref_model, batch), algo.kl_kind)
+            loss = loss + algo.kl_coef * _aggregate(kl, mask, algo, den)
+            metrics["kl"] = _masked_sum(kl.detach(), mask) / max(metrics["tokens"], 1)
+        loss.backward()
+        total += float(loss.detach())
+        if tally is not None:
+            tally.add_weighted(metrics, metrics["tokens"])
+            tally.add("input_tokens", float(batch["attention_mask"].sum()))
+    return total
+
+
+def policy_update(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    sequences: Sequence[TrainSequence],
+    algo: AlgorithmConfig,
+    *,
+    micro_token_budget: int,
+    mini_batches: int = 1,
+    max_grad_norm: float | None = 1.0,
+    scheduler=None,
+    process_group=None,
+    ref_model: nn.Module | None = None,
+) -> dict[str, float]:
+    """K = `mini_batches` optimizer steps over contiguous slices of `sequences` (shuffle them first if wanted).
+
+    pi_old is the policy that sampled the rollouts, i.e. the weights at the call: for the first mini-batch it is
+    read off its own forward pass (detached); the later ones get a no-grad pass before the first step. Every rank
+    must call this with the same `mini_batches` (it may hold any number of sequences, none included).
+    """
+    if algo.kl_coef > 0 and ref_model is None:
+        raise ValueError("algorithm.kl_coef > 0 needs a reference model (ref_model)")
+    start = time.perf_counter()
+    model.train()
+    _sum_fsdp_gradients(model)
+    slices = split_mini_batches(len(sequences), mini_batches)
+    later = [i for s in slices[1:] for i in s]
+    old = _old_logprobs(model, sequences, later, micro_token_budget, process_group)
+    tally = _Tally()
+    for k, part in enumerate(slices):
+        chunk = [sequences[i] for i in part]
+        chunk_old = None if k == 0 else [old[i] for i in part]
+        tally.add("loss", accumulate_policy_gradients(
+            model, chunk, algo, micro_token_budget=micro_token_budget, old_logprobs=chunk_old, ref_model=ref_model,
+            process_group=process_group, tally=tally))
+        tally.add("grad_norm", _step(model, optimizer, scheduler, max_grad_norm, process_group))
+    sums = tally.reduce(process_group, _device(model))
+    return _summary(sums, mini_batches, time.perf_counter() - start, process_group)
+
+
+def sft_update(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    sequences: Sequence[TrainSequence],
+    *,
+    micro_token_budget: int,
+    max_grad_norm: float | None = 1.0,
+    scheduler=None,
+    process_group=None,
+) -> dict[str, float]:
+    """One optimizer step on the token-mean negative log-likelihood of the loss-mask tokens of `sequences`."""
+    start = time.perf_counter()
+    model.train()
+    _sum_fsdp_gradients(model)
+    den = step_denominators_of(sequences, process_group, _device(model))
+    tally = _Tally()
+    for group in _plan(model, sequences, micro_token_budget, process_group):
+        if not group:
+            _idle_pass(model)
+            continue
+        batch = {k: v.to(_device(model)) for k, v in collate([sequences[i] for i in group], _pad_id(model)).items()}
+        mask = batch["loss_mask"]
+        logprobs = sequence_logprobs(model, batch["input_ids"], batch["attention_mask"], positions=mask)
+        loss = aggregate_loss(-logprobs, mask, "token-mean", global_tokens=den.tokens)
+        loss.backward()
+        tally.add("loss", float(loss.detach()))
+        tally.add("_weight", float(mask.sum()))
+        tally.add("input_tokens", float(batch["attention_mask"].sum()))
+    tally.add("grad_norm", _step(model, optimizer, scheduler, max_grad_norm, process_group))
+    sums = tally.reduce(process_group, _device(model))
+    return _summary(sums, 1, time.perf_counter() - start, process_group)
+
+
+def _old_logprobs(model: nn.Module, sequences: Sequence[TrainSequence], indices: list[int],
+                  micro_token_budget: int, process_group) -> dict[int, Tensor]:
+    """{index: pi_old logprobs [len]} for `indices`, from no-grad forward passes at the current weights."""
+    chosen = [sequences[i] for i in indices]
+    old: dict[int, Tensor] = {}
+    with torch.no_grad():
+        for group in _plan(model, chosen, micro_token_budget, process_group):
+            if not group:
+                _idle_pass(model)
+                continue
+            batch = {k: v.to(_device(model)) for k, v in collate([chosen[j] for j in group], _pad_id(model)).items()}
+            logprobs = sequence_logprobs(model, batch["input_ids"], batch["attention_mask"],
+                                         positions=batch["loss_mask"])
+            for row, j in enumerate(group):
+                old[indices[j]] = logprobs[row, :len(chosen[j])]
+    return old
+
+
+def _aggregate(per_token: Tensor, mask: Tensor, algo: AlgorithmConfig, den: StepDenominators) -> Tensor:
+    """A per-token term (KL, entropy) reduced as the policy loss is: same mode, same step-wide denominators."""
+    return aggregate_loss(per_token, mask, algo.loss_agg_mode, algo.norm_constant, global_tokens=den.tokens,
+                          global_seqs=den.seqs)
+
+
+def _plan(model: nn.Module, sequences: Sequence[TrainSequence], micro_token_budget: int,
+          process_group) -> list[list[int]]:
+    """The micro-batches of `sequences`; under FSDP, padded with empty ones to the most any rank has, because every
+    forward and backward pass of a sharded model is a collective that all ranks must join."""
+    groups = pack_micro_batches(sequences, micro_token_budget)
+    if process_group is not None and _is_fsdp(model):
+        most = torch.tensor([len(groups)], device=_device(model))
+        dist.all_reduce(most, op=dist.ReduceOp.MAX, group=process_group)
+        groups += [[] for _ in range(int(most) - len(groups))]
+    return groups
+
+
+def _idle_pass(model: nn.Module) -> None:
+    """A forward (and, with grad enabled, backward) pass on one padding token that adds nothing to any gradient."""
+    pad = torch.tensor([[_pad_id(model)]], device=_device(model))
+    hidden = final_hidden_states(model, pad, torch.ones_like(pad))
+    if torch.is_grad_enabled():
+        (hidden.sum() * 0.0).backward()
+
+
+def _reference_logprobs(ref_model: nn.Module, batch: dict[str, Tensor]) -> Tensor:
+    with torch.no_grad():
+        return sequence_logprobs(ref_model, batch["input_ids"], batch["attention_mask"], positions=batch["loss_mask"])
+
+
+def _step(model: nn.Module, optimizer, scheduler, max_grad_norm: float | None, process_group) -> float:
+    """Sum gradients over ranks, clip, step the optimizer and scheduler, clear the gradients; the pre-clip norm."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if process_group is not None and not _is_fsdp(model):
+        _all_reduce_gradients(params, process_group)
+    norm = torch.nn.utils.clip_grad_norm_(params, math.inf if max_grad_norm is None else max_grad_norm)
+    norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+    optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return float(norm)
+
+
+def _all_reduce_gradients(params: list[nn.Parameter], process_group) -> None:
+    """Sum every gradient over the ranks, as one flat buffer (a parameter without a gradient counts as zeros)."""
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat, group=process_group)
+    offset = 0
+    for p, g in zip(params, grads):
+        p.grad = flat[offset:offset + g.numel()].view_as(g)
+        offset += g.numel()
+
+
+def _is_fsdp(model: nn.Module) -> bool:
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
+
+
+def _sum_fsdp_gradients(model: nn.Module) -> None:
+    """FSDP2 averages gradients over ranks by default; our losses carry global denominators, so they must add up."""
+    from torch.distributed.fsdp import FSDPModule
+
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.set_gradient_divide_factor(1.0)
+            module.set_force_sum_reduction_for_comms(True)  # a plain SUM: gloo has no PREMUL_SUM
+
+
+def _summary(sums: dict[str, float], steps: int, seconds: float, process_group) -> dict[str, float]:
+    """Per-update metrics: token-weighted means of the per-token ones, loss and grad_norm averaged over steps."""
+    weight = sums.pop("_weight", 0.0)
+    out = {name: value / max(weight, 1) for name, value in sums.items()
+           if name not in ("loss", "grad_norm", "input_tokens")}
+    out["loss"] = sums.get("loss", 0.0) / steps
+    world = 1 if process_group is None else dist.get_world_size(process_group)
+    out["grad_norm"] = sums.get("grad_norm", 0.0) / (steps * world)  # every rank added the same norm
+    out["tokens"] = weight
+    out["input_tokens"] = sums.get("input_tokens", 0.0)
+    out["steps"] = steps
+    out["seconds"] = seconds
+    out["tokens_per_s"] = out["input_tokens"] / seconds if seconds > 0 else 0.0
+    return out
+
+
+def _pad_rows(rows: list[Tensor], like: Tensor) -> Tensor:
+    out = torch.zeros_like(like)
+    for i, row in enumerate(rows):
+        out[i, :len(row)] = row
+    return out
+
+
+def _masked_sum(values: Tensor, mask: Tensor) -> float:
+    return float(torch.where(mask > 0, values.double(), 0.0).sum())
+
+
+def _pad_id(model: nn.Module) -> int:
+    config = model.config
+    pad = getattr(config, "pad_token_id", None)
+    return 0 if pad is None else int(pad)
+
+
+def _device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
