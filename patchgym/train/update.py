@@ -39,6 +39,10 @@ class StepDenominators:
     seqs: float
 
 
+# Token-weighted metrics of policy_loss (and entropy) that every policy update reports.
+POLICY_METRICS = ("clip_frac_low", "clip_frac_high", "clip_frac_dual", "ratio_mean", "approx_kl", "entropy")
+
+
 class _Tally:
     """Token-weighted sums of per-micro-batch metrics, reduced over ranks once at the end."""
 
@@ -104,10 +108,21 @@ def accumulate_policy_gradients(
     den = step_denominators_of(sequences, process_group, device)
     pad_id = _pad_id(model)
     total = 0.0
-    for group in _plan(model, sequences, micro_token_budget, process_group):
+    # A row with advantage 0 adds exactly nothing to the clipped policy-gradient loss or its gradient; it still
+    # counts in the denominators (den, above). Without KL or entropy terms its forward and backward are skipped.
+    only_pg = algo.entropy_coef == 0 and algo.kl_coef == 0
+    work = [i for i, s in enumerate(sequences) if s.advantage != 0 or not only_pg]
+    if tally is not None:
+        skipped = [sequences[i] for i in sorted(set(range(len(sequences))) - set(work))]
+        tally.add("skipped_zero_advantage", float(len(skipped)))
+        tally.add("_skipped_tokens", float(sum(s.policy_tokens for s in skipped)))
+    ran = False
+    for group in _plan(model, [sequences[i] for i in work], micro_token_budget, process_group):
         if not group:
             _idle_pass(model)
             continue
+        ran = True
+        group = [work[j] for j in group]
         batch = {k: v.to(device) for k, v in collate([sequences[i] for i in group], pad_id).items()}
         mask = batch["loss_mask"]
         need_entropy_grad = algo.entropy_coef > 0
@@ -131,6 +146,10 @@ def accumulate_policy_gradients(
         if tally is not None:
             tally.add_weighted(metrics, metrics["tokens"])
             tally.add("input_tokens", float(batch["attention_mask"].sum()))
+    if not ran:  # the gradient is exactly zero; give the optimizer that zero, as a backward pass would have
+        for param in model.parameters():
+            if param.requires_grad and param.grad is None:
+                param.grad = torch.zeros_like(param)
     return total
 
 
@@ -159,18 +178,20 @@ def policy_update(
     model.train()
     _sum_fsdp_gradients(model)
     slices = split_mini_batches(len(sequences), mini_batches)
-    later = [i for s in slices[1:] for i in s]
+    only_pg = algo.entropy_coef == 0 and algo.kl_coef == 0  # then zero-advantage rows need no pi_old either
+    later = [i for s in slices[1:] for i in s if sequences[i].advantage != 0 or not only_pg]
     old = _old_logprobs(model, sequences, later, micro_token_budget, process_group)
     tally = _Tally()
     for k, part in enumerate(slices):
         chunk = [sequences[i] for i in part]
-        chunk_old = None if k == 0 else [old[i] for i in part]
+        chunk_old = None if k == 0 else [old.get(i) for i in part]  # None: a skipped (A = 0) row
         tally.add("loss", accumulate_policy_gradients(
             model, chunk, algo, micro_token_budget=micro_token_budget, old_logprobs=chunk_old, ref_model=ref_model,
             process_group=process_group, tally=tally))
         tally.add("grad_norm", _step(model, optimizer, scheduler, max_grad_norm, process_group))
     sums = tally.reduce(process_group, _device(model))
-    return _summary(sums, mini_batches, time.perf_counter() - start, process_group)
+    metrics = _summary(sums, mini_batches, time.perf_counter() - start, process_group)
+    return {**dict.fromkeys(POLICY_METRICS, 0.0), **metrics}  # all keys even when every row was skipped
 
 
 def sft_update(
@@ -300,12 +321,14 @@ def _summary(sums: dict[str, float], steps: int, seconds: float, process_group) 
     """Per-update metrics: token-weighted means of the per-token ones, loss and grad_norm averaged over steps."""
     weight = sums.pop("_weight", 0.0)
     out = {name: value / max(weight, 1) for name, value in sums.items()
-           if name not in ("loss", "grad_norm", "input_tokens")}
+           if name not in ("loss", "grad_norm", "input_tokens", "skipped_zero_advantage", "_skipped_tokens")}
+    if "skipped_zero_advantage" in sums:
+        out["skipped_zero_advantage"] = sums["skipped_zero_advantage"]
     out["loss"] = sums.get("loss", 0.0) / steps
     world = 1 if process_group is None else dist.get_world_size(process_group)
     out["grad_norm"] = sums.get("grad_norm", 0.0) / (steps * world)  # every rank added the same norm
-    out["tokens"] = weight
-    out["input_tokens"] = sums.get("input_tokens", 0.0)
+    out["tokens"] = weight + sums.get("_skipped_tokens", 0.0)  # sampled tokens of the step, skipped rows included
+    out["input_tokens"] = sums.get("input_tokens", 0.0)  # tokens that went through the model
     out["steps"] = steps
     out["seconds"] = seconds
     out["tokens_per_s"] = out["input_tokens"] / seconds if seconds > 0 else 0.0

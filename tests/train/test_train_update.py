@@ -120,6 +120,28 @@ def test_one_micro_batch_or_four_give_the_same_gradient(model, name):
     assert torch.allclose(grad(budget), whole, atol=1e-7, rtol=1e-5)
 
 
+def test_zero_advantage_rows_are_skipped_without_changing_the_gradient(model):
+    """A = 0 rows add nothing to the clipped loss; only their count in the denominators matters. Reference: the same
+    step with a KL term against the model itself, which runs every row and whose gradient there is exactly 0."""
+    sequences = make_sequences()
+    assert sum(s.advantage == 0 for s in sequences) == 1
+    algo = AlgorithmConfig(loss_agg_mode="token-mean", tis_cap=None)
+
+    def grad(algo, **kwargs) -> torch.Tensor:
+        model.zero_grad()
+        accumulate_policy_gradients(model, sequences, algo, micro_token_budget=64, **kwargs)
+        return flat_grad(model)
+
+    skipped = grad(algo)
+    everything = grad(algo.model_copy(update={"kl_coef": 1.0}), ref_model=copy.deepcopy(model))
+    # (float noise only: the two paths pack different micro-batches; a wrong denominator would be off by ~15%)
+    assert skipped.abs().sum() > 0 and (skipped - everything).norm() < 1e-4 * everything.norm()
+    for s in sequences:
+        s.advantage = 0.0
+    assert grad(algo).abs().sum() == 0  # a step with nothing to learn still hands the optimizer a zero gradient
+    assert all(p.grad is not None for p in model.parameters())
+
+
 def test_mini_batches_are_stepped_against_the_policy_before_the_update(model):
     """K = 2: the second step's pi_old is the model before the first step, not after it."""
     sequences, algo = make_sequences(), ALGOS["token-mean, dual clip"]
@@ -163,7 +185,8 @@ def test_policy_update_metrics(model):
     assert metrics["rollout_logprob_gap"] < 1e-5
     assert metrics["ratio_mean"] == pytest.approx(1.0, abs=0.05)
     assert metrics["tokens"] == sum(s.policy_tokens for s in sequences)
-    assert metrics["input_tokens"] == sum(len(s) for s in sequences)
+    assert metrics["input_tokens"] == sum(len(s) for s in sequences if s.advantage != 0)  # one row has A = 0
+    assert metrics["skipped_zero_advantage"] == 1
     assert metrics["grad_norm"] > 0 and metrics["entropy"] > 0 and metrics["tokens_per_s"] > 0
     assert math.isfinite(metrics["loss"]) and metrics["steps"] == 2
     assert scheduler.last_epoch == 2
