@@ -95,14 +95,17 @@ class AgentConfig(BaseModel):
     command_timeout_s: float = Field(90.0, gt=0, description="per tool command, inside the sandbox")
     sampling: SamplingConfig = SamplingConfig()
 
-    @field_validator("system_prompt", "instance_prompt", "observation_template")
-    @classmethod
-    def _compiles(cls, text: str) -> str:
-        try:
-            _JINJA.from_string(text)
-        except jinja2.TemplateSyntaxError as exc:
-            raise ValueError(f"invalid Jinja template (line {exc.lineno}): {exc.message}") from None
-        return text
+    _compiles = field_validator("system_prompt", "instance_prompt", "observation_template")(
+        classmethod(lambda cls, text: check_template(text)))
+
+
+def check_template(text: str) -> str:
+    """`text` if it compiles as a Jinja template; a ValueError naming the line otherwise (for config validators)."""
+    try:
+        _JINJA.from_string(text)
+    except jinja2.TemplateSyntaxError as exc:
+        raise ValueError(f"invalid Jinja template (line {exc.lineno}): {exc.message}") from None
+    return text
 
 
 def render(template: str, **variables: object) -> str:

@@ -7,14 +7,13 @@ task and run, appended as they finish, so a rerun resumes), summary.json, and pr
 """
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from rich.table import Table
 
 from patchgym.agent.trajectory import Trajectory
 from patchgym.eval.metrics import summarize
+from patchgym.files import write_atomic
 from patchgym.rollout import Agent, RolloutConfig, RolloutEngine
 from patchgym.sandbox import SandboxConfig
 from patchgym.tasks import Task
@@ -46,13 +45,6 @@ def write_preds(out: Path, trajectories: list[Trajectory], runs: int, model_name
             write_atomic(out / "preds.jsonl", lines)
         if runs > 1:
             write_atomic(out / f"preds-run{r}.jsonl", lines)
-
-
-def write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 def summary_table(summary: dict, title: str = "") -> Table:

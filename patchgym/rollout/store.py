@@ -5,11 +5,11 @@ only, except that a crash mid-write can cut the very last line: opening the stor
 recorded twice (an infra error rerun on resume) counts once: the last record wins.
 """
 
-import os
 import threading
 from pathlib import Path
 
 from patchgym.agent.trajectory import Trajectory
+from patchgym.files import append_line
 
 
 class TrajectoryStore:
@@ -37,14 +37,8 @@ class TrajectoryStore:
                 self._records[record.trajectory_id or record.task_id] = record
 
     def append(self, trajectory: Trajectory) -> None:
-        line = (trajectory.model_dump_json() + "\n").encode()
         with self._lock:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                os.write(fd, line)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            append_line(self.path, trajectory.model_dump_json())
             self._records[trajectory.trajectory_id or trajectory.task_id] = trajectory
 
     def finished(self) -> dict[str, Trajectory]:

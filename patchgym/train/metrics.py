@@ -8,7 +8,6 @@ they will be redone): every iteration appears exactly once.
 
 import json
 import math
-import os
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 from torch import Tensor
 
 from patchgym.agent.trajectory import Trajectory
+from patchgym.files import append_line, write_atomic
 
 # Keys of every line (the policy update's own metrics come on top); nested dicts are counts.
 KEYS = (
@@ -43,13 +43,7 @@ class MetricsLog:
         self.writer = _tensorboard(Path(run_dir) / "tensorboard", resume_after + 1) if tensorboard else None
 
     def write(self, record: dict[str, Any]) -> None:
-        line = (json.dumps(record) + "\n").encode()
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, line)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        append_line(self.path, json.dumps(record))
         if self.writer is not None:
             for name, value in flatten(record).items():
                 self.writer.add_scalar(name, value, record["iteration"])
@@ -130,12 +124,7 @@ def _drop_after(path: Path, iteration: int) -> None:
     keep = [line for line in lines if line.endswith("\n") and _iteration(line) <= iteration]
     if keep == lines:
         return
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as f:
-        f.writelines(keep)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_atomic(path, "".join(keep))
 
 
 def _iteration(line: str) -> float:

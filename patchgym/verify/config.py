@@ -1,10 +1,9 @@
 """The `verifier:` section of a patchgym config: the verifier's prompts (Jinja), what the execution-based checks run,
 how Best@k is averaged, and how `train-verifier` fine-tunes."""
 
-import jinja2
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from patchgym.agent.config import SamplingConfig
+from patchgym.agent.config import SamplingConfig, check_template
 
 SYSTEM_PROMPT = """\
 You are an expert judge of software engineering work. You read a GitHub issue, the log of an AI agent's attempt \
@@ -51,8 +50,6 @@ fixed and fail (an uncaught exception or a non-zero exit) while the bug is still
 statements and only the standard library and the repository itself. Do not modify any file.
 Answer with the script in one ```python code block."""
 
-_JINJA = jinja2.Environment(undefined=jinja2.StrictUndefined)
-
 
 class VerifierConfig(BaseModel):
     """Verifiers for test-time scaling (SPEC §9): execution-free (P(YES)), execution-based, and their hybrid."""
@@ -97,11 +94,5 @@ class VerifierConfig(BaseModel):
     epochs: int = Field(2, ge=1, description="train-verifier: passes over the examples")
     batch_size: int = Field(16, ge=1, description="train-verifier: examples per optimizer step")
 
-    @field_validator("system_prompt", "prompt", "repro_system_prompt", "repro_prompt")
-    @classmethod
-    def _compiles(cls, text: str) -> str:
-        try:
-            _JINJA.from_string(text)
-        except jinja2.TemplateSyntaxError as exc:
-            raise ValueError(f"invalid Jinja template (line {exc.lineno}): {exc.message}") from None
-        return text
+    _compiles = field_validator("system_prompt", "prompt", "repro_system_prompt", "repro_prompt")(
+        classmethod(lambda cls, text: check_template(text)))

@@ -18,7 +18,7 @@ from pathlib import Path
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from patchgym.agent.trajectory import Trajectory
-from patchgym.eval.run import write_atomic
+from patchgym.files import write_atomic
 from patchgym.sandbox import SandboxConfig
 from patchgym.tasks import Task
 from patchgym.verify.config import VerifierConfig
