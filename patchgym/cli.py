@@ -234,7 +234,7 @@ def eval_(tasks: Path = typer.Option(..., help="tasks JSONL"),
         agent = ModelAgent(closing, config.agent, model=config.inference.model)
     try:
         summary = evaluate(task_list, agent, config.sandbox, out, runs=runs, rollout=config.rollout,
-                           model_name=name, progress=not as_json)
+                           model_name=name, progress=not as_json, tasks_file=tasks.resolve())
     finally:
         if closing is not None:
             closing.close()
@@ -435,10 +435,20 @@ def _verify_config(files: list[Path], args: list[str] | None) -> tuple[Config, l
     return config, [Path(a) for a in args if "=" not in a]
 
 
+def _run_tasks_file(run: Path) -> Path:
+    """The tasks file an eval run was made from, as its run.json records it."""
+    meta = run / "run.json"
+    recorded = json.loads(meta.read_text()).get("tasks_file") if meta.exists() else None
+    if not recorded:
+        raise ValueError(f"{meta} does not name its tasks file; pass --tasks")
+    return Path(recorded)
+
+
 @app.command("select")
 def select_(runs: list[Path] = typer.Option(..., "--runs", help="eval run directories: the candidates (more may "
                                                                 "follow as plain arguments)"),
-            tasks: Path = typer.Option(..., help="the tasks JSONL the runs were made from"),
+            tasks: Path | None = typer.Option(None, help="the tasks JSONL the runs were made from (default: the one "
+                                                         "the first run's run.json names)"),
             verifier: str = typer.Option("hybrid", help="ef (P(YES)), eb (tests) or hybrid"),
             k: str = typer.Option("1,2,4,8,16", help="comma-separated k for Best@k and Pass@k"),
             out: Path = typer.Option(..., help="selection directory to write"),
@@ -456,6 +466,7 @@ def select_(runs: list[Path] = typer.Option(..., "--runs", help="eval run direct
         ks = [int(x) for x in k.split(",") if x.strip()]
         if not ks or min(ks) < 1:
             raise ValueError(f"k must be positive integers, got {k!r}")
+        tasks = tasks or _run_tasks_file([*runs, *more][0])
         task_list = read_tasks(tasks)
     except (ValueError, TaskError) as exc:
         console.print(f"[red]--k or --tasks: {exc}[/red]", soft_wrap=True)

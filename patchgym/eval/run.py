@@ -20,13 +20,15 @@ from patchgym.tasks import Task
 
 
 def evaluate(tasks: list[Task], agent: Agent, sandbox: SandboxConfig, out: str | Path, *, runs: int = 1,
-             rollout: RolloutConfig | None = None, model_name: str = "", progress: bool = True) -> dict:
+             rollout: RolloutConfig | None = None, model_name: str = "", progress: bool = True,
+             tasks_file: str | Path | None = None) -> dict:
     """Run and grade every task `runs` times (resuming what `out` already holds); write the files; return the summary."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     model_name = model_name or agent.describe().get("spec", "")
     write_atomic(out / "run.json", json.dumps({"kind": "eval", "model": model_name, "agent": agent.describe(),
-                                               "runs": runs, "tasks": [t.instance_id for t in tasks]}, indent=2))
+                                               "runs": runs, "tasks": [t.instance_id for t in tasks],
+                                               "tasks_file": str(tasks_file) if tasks_file else None}, indent=2))
     engine = RolloutEngine(agent, sandbox, rollout, run_dir=out, progress=progress)
     trajectories = engine.run(tasks, samples=runs)
     summary = summarize(trajectories, runs)

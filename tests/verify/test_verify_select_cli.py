@@ -61,3 +61,23 @@ def test_select_writes_summary_scores_choices_and_preds(verifier, backend, tiny_
     assert set(pred) == {"instance_id", "model_name_or_path", "model_patch"}
     assert pred["model_patch"] == (tiny_task.patch if choice["resolved"] else "")
     assert write_report(out).is_file()
+
+
+def test_select_finds_the_tasks_file_in_the_runs_run_json(backend, tiny_task, tmp_path):
+    """`eval` records its tasks file in run.json, so `select` needs no --tasks; a run without one is refused."""
+    if backend != "docker":
+        pytest.skip("one backend is enough for the command")
+    write_tasks([tiny_task], tmp_path / "tasks.jsonl")
+    run = tmp_path / "oracle"
+    evaluated = CliRunner().invoke(app, ["eval", "--tasks", str(tmp_path / "tasks.jsonl"), "--policy", "oracle",
+                                         "--out", str(run), "--json"])
+    assert evaluated.exit_code == 0, evaluated.output
+    assert json.loads((run / "run.json").read_text())["tasks_file"] == str((tmp_path / "tasks.jsonl").resolve())
+    result = CliRunner().invoke(app, ["select", "--runs", str(run), "--verifier", "ef", "--k", "1",
+                                      "--model", "tiny", "--out", str(tmp_path / "sel"), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout.strip().splitlines()[-1])["best@1"] == 1.0
+    (run / "run.json").write_text("{}")
+    refused = CliRunner().invoke(app, ["select", "--runs", str(run), "--verifier", "ef", "--model", "tiny",
+                                       "--out", str(tmp_path / "sel2")])
+    assert refused.exit_code == 2 and "does not name its tasks file; pass --tasks" in refused.output
