@@ -9,7 +9,6 @@ that arrive after the first prefill join the running batch with a prefill of the
 """
 
 import argparse
-import json
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -18,6 +17,8 @@ import torch
 
 from patchgym.inference.base import SamplingParams
 from patchgym.inference.hf import HFEngine
+
+from report import print_result  # bench/report.py, beside this script
 
 TARGET = 3.0
 QUESTIONS = [
@@ -100,11 +101,7 @@ def main() -> int:
         "batch_prefills": len(passes) - len(steps),
         "target": TARGET,
     }
-    if args.json:
-        print(json.dumps(result))
-    else:
-        for key, value in result.items():
-            print(f"{key:>24}: {value}")
+    print_result(result, args.json)
     return 0
 
 

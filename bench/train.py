@@ -14,7 +14,6 @@ One run each after a warm-up step on a short batch. overhead_ratio = trainer s/t
 """
 
 import argparse
-import json
 import sys
 import time
 
@@ -25,6 +24,8 @@ from patchgym.rl.config import load_preset
 from patchgym.train.batch import TrainSequence, collate
 from patchgym.train.logprobs import sequence_logprobs
 from patchgym.train.update import make_optimizer, policy_update
+
+from report import print_result  # bench/report.py, beside this script
 
 TARGET = 1.15
 PROMPT, TURN = 128, 64
@@ -109,11 +110,7 @@ def main() -> int:
         "target": TARGET,
         "meets_target": ratio <= TARGET,
     }
-    if args.json:
-        print(json.dumps(result))
-    else:
-        for key, value in result.items():
-            print(f"{key:>24}: {value}")
+    print_result(result, args.json)
     return 0
 
 
