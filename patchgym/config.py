@@ -13,6 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from patchgym.agent.config import AgentConfig
+from patchgym.cluster.config import ClusterConfig
 from patchgym.inference.config import InferenceConfig
 from patchgym.rl.config import AlgorithmConfig
 from patchgym.rollout.config import RolloutConfig
@@ -42,6 +43,7 @@ class Config(BaseModel):
     train: TrainConfig = TrainConfig()
     algorithm: AlgorithmConfig = AlgorithmConfig()
     verifier: VerifierConfig = VerifierConfig()
+    cluster: ClusterConfig = ClusterConfig()
 
 
 def load_config(

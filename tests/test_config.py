@@ -112,7 +112,7 @@ def test_unknown_key_lists_allowed_keys_and_suggests_the_closest(tmp_path):
 def test_unknown_top_level_key_without_a_close_match():
     msg = error(overrides=["zzz=1"])
     assert "zzz (from override 'zzz=1')" in msg
-    assert "allowed keys at the top level: agent, algorithm, inference, rollout, run_dir, sandbox, seed, train, verifier" in msg
+    assert "allowed keys at the top level: agent, algorithm, cluster, inference, rollout, run_dir, sandbox, seed, train, verifier" in msg
     assert "did you mean" not in msg
 
 

@@ -18,6 +18,7 @@ from rich.console import Console
 
 from patchgym.agent.config import AgentConfig
 from patchgym.agent.trajectory import Trajectory
+from patchgym.cluster import make_rollouts
 from patchgym.config import Config, dump_config
 from patchgym.inference.factory import make_engine
 from patchgym.inference.models import load_model
@@ -25,7 +26,7 @@ from patchgym.rl.advantages import compute_advantages
 from patchgym.rl.config import AlgorithmConfig
 from patchgym.rl.shaping import (Sample, apply_turn_penalty, compact_filter, drop_zero_advantage, dynamic_sampling,
                                  groups_still_needed)
-from patchgym.rollout import ModelAgent, RolloutEngine
+from patchgym.rollout import ModelAgent
 from patchgym.tasks import Task, TaskError, read_tasks
 from patchgym.train.batch import TrainSequence, sequences_from_trajectories
 from patchgym.train.checkpoint import latest_checkpoint, load_adapter, load_training_state, save_checkpoint
@@ -115,8 +116,8 @@ class Trainer:
         sampled here). With dynamic sampling, more tasks are drawn until tasks_per_iteration groups have
         0 < resolved < G, for at most max_generation_rounds rounds; round r > 0 prefixes its ids with 'round<r>/'."""
         agent = ModelAgent(self.engine, agent_config, model=self.config.inference.model)
-        rollouts = RolloutEngine(agent, self.config.sandbox, self.config.rollout,
-                                 run_dir=self.out / "rollouts" / f"iter-{n}", progress=self.progress)
+        rollouts = make_rollouts(self.config, agent, run_dir=self.out / "rollouts" / f"iter-{n}",
+                                 progress=self.progress)
         want, G = self.train.tasks_per_iteration, self.train.samples_per_task
         everything: list[Trajectory] = []
         kept_groups: dict[str, None] = {}  # insertion-ordered set
