@@ -51,19 +51,61 @@ def base_image():
     return images.base_recipe()
 
 
-@pytest.fixture(scope="session", params=["docker", "local"])
-def backend(request, base_image) -> str:
-    """Each sandbox backend in turn; skipped (with the reason) where this machine cannot run it."""
-    from patchgym.sandbox import images
+K8S_CLUSTER = Path(__file__).resolve().parents[1] / "scripts" / "k8s-cluster.sh"
 
-    reason = docker_unavailable() if request.param == "docker" else local_unavailable()
-    if reason:
-        pytest.skip(f"{request.param} backend unavailable: {reason}")
-    if request.param == "docker":
-        images.ensure_docker_image(base_image)
-    else:
-        images.ensure_rootfs(base_image)
-    return request.param
+
+@pytest.fixture(scope="session")
+def k8s_cluster():
+    """A real single-node Kubernetes (`scripts/k8s-cluster.sh up`), KUBECONFIG exported, taken down at the end.
+
+    It fails (never skips) when the cluster cannot start, unless PATCHGYM_SKIP_K8S=1; a cluster that was already
+    up is used and left up."""
+    if os.environ.get("PATCHGYM_SKIP_K8S") == "1":
+        pytest.skip("PATCHGYM_SKIP_K8S=1")
+    script = lambda cmd: subprocess.run(["bash", str(K8S_CLUSTER), cmd], capture_output=True, text=True, timeout=600)
+    was_up = script("status").returncode == 0
+    started = script("up")
+    if started.returncode != 0:
+        script("down")
+        pytest.fail(f"the kubernetes test cluster did not start:\n{started.stdout[-2000:]}\n{started.stderr[-4000:]}")
+    previous = os.environ.get("KUBECONFIG")
+    os.environ["KUBECONFIG"] = script("kubeconfig").stdout.strip()
+    yield os.environ["KUBECONFIG"]
+    lifecycle.close_all()
+    from patchgym.sandbox.reaper import leftovers
+
+    pods = [x for x in leftovers(TEST_RUN_ID) if x.startswith("pod")]
+    if not was_up:
+        script("down")
+    os.environ.pop("KUBECONFIG") if previous is None else os.environ.update(KUBECONFIG=previous)
+    assert not pods, f"the test suite left pods behind: {pods}"
+
+
+@pytest.fixture(scope="session")
+def ready_backend(request, base_image):
+    """A function that readies a backend by name (the base image in its form) or skips with the reason."""
+
+    def ready(name: str) -> str:
+        from patchgym.sandbox import images
+
+        if name == "kubernetes":  # a real cluster on this machine's Docker engine; it fails rather than skips
+            request.getfixturevalue("k8s_cluster")
+        reason = local_unavailable() if name == "local" else docker_unavailable()
+        if reason:
+            pytest.skip(f"{name} backend unavailable: {reason}")
+        if name == "local":
+            images.ensure_rootfs(base_image)
+        else:
+            images.ensure_docker_image(base_image)
+        return name
+
+    return ready
+
+
+@pytest.fixture(scope="session", params=["docker", "local"])
+def backend(request, ready_backend) -> str:
+    """Each sandbox backend in turn; skipped (with the reason) where this machine cannot run it."""
+    return ready_backend(request.param)
 
 
 @pytest.fixture(scope="session", autouse=True)

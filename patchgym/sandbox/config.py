@@ -2,17 +2,20 @@
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from patchgym.sandbox.kubernetes_config import KubernetesConfig
+
 # Short names of the built-in backends; any other backend is given as an import path "package.module:Class".
 BACKENDS = {
     "docker": "patchgym.sandbox.docker:DockerSandbox",
     "local": "patchgym.sandbox.local:LocalSandbox",
+    "kubernetes": "patchgym.sandbox.kubernetes:KubernetesSandbox",
 }
 
 
 class SandboxConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    backend: str = Field("docker", description="docker (Docker engine), local (bubblewrap + overlayfs), or 'pkg.module:Class'")
+    backend: str = Field("docker", description="docker (Docker engine), local (bubblewrap + overlayfs), kubernetes (one pod each), or 'pkg.module:Class'")
     image: str | None = Field(None, description="image tag (docker) or image key (local); None = the patchgym base image")
     workdir: str = Field("/testbed", description="default working directory of commands")
     network: bool = Field(False, description="give sandboxes a network (off by default)")
@@ -26,6 +29,7 @@ class SandboxConfig(BaseModel):
     max_concurrency: int = Field(16, gt=0, description="sandboxes alive at once per pool")
     python: str = Field("python3", description="interpreter inside the image that runs patchgym's in-sandbox runner")
     env: dict[str, str] = Field(default_factory=dict, description="environment variables for every command")
+    kubernetes: KubernetesConfig = Field(default_factory=KubernetesConfig, description="the kubernetes backend's cluster and pod spec")
 
     @field_validator("backend")
     @classmethod

@@ -1,4 +1,4 @@
-"""Removes what crashed runs left behind: containers, scratch directories and cgroups whose owner process is gone.
+"""Removes what crashed runs left behind: containers, pods, scratch dirs and cgroups whose owner process is gone.
 
 Runs once per process before its first sandbox starts, and on `patchgym doctor --reap`. Sandboxes of live
 processes (another run going on at the same time) are never touched.
@@ -26,10 +26,16 @@ class Reaped:
     containers: list[str] = field(default_factory=list)
     directories: list[str] = field(default_factory=list)
     cgroups: list[str] = field(default_factory=list)
+    pods: list[str] = field(default_factory=list)
 
     @property
     def total(self) -> int:
-        return len(self.containers) + len(self.directories) + len(self.cgroups)
+        return len(self.containers) + len(self.directories) + len(self.cgroups) + len(self.pods)
+
+
+def _kubelet_made(container) -> bool:
+    """Containers a kubelet made for a pod (they carry the pod's labels): the pod is what gets reaped and listed."""
+    return "io.kubernetes.docker.type" in container.labels
 
 
 def reap_docker(result: Reaped, everything: bool = False, dry_run: bool = False) -> None:
@@ -41,6 +47,8 @@ def reap_docker(result: Reaped, everything: bool = False, dry_run: bool = False)
     except docker.errors.DockerException:
         return  # no engine, nothing of ours can be running in it
     for c in containers:
+        if _kubelet_made(c):
+            continue
         if everything or not lifecycle.owner_alive(c.labels.get(lifecycle.LABEL_OWNER, "")):
             try:
                 if not dry_run:
@@ -76,24 +84,47 @@ def reap_local(result: Reaped, everything: bool = False, dry_run: bool = False) 
                 result.cgroups.append(str(cg))
 
 
-def reap(backends: tuple[str, ...] = ("docker", "local"), everything: bool = False, dry_run: bool = False) -> Reaped:
+def _kube_config():
+    """The default `sandbox.kubernetes` settings when a cluster is configured (KUBECONFIG, ...), else None."""
+    from patchgym.sandbox.kubernetes_config import KubernetesConfig, configured
+
+    kcfg = KubernetesConfig()
+    return kcfg if configured(kcfg) else None
+
+
+def reap_kubernetes(result: Reaped, everything: bool = False, dry_run: bool = False) -> None:
+    kcfg = _kube_config()
+    if kcfg is None:
+        return
+    from patchgym.sandbox.kubernetes import reap_pods
+
+    try:
+        result.pods += reap_pods(kcfg, everything, dry_run)
+    except Exception:  # no API server answers (the client raises many types): nothing of ours can run there
+        return
+
+
+def reap(backends: tuple[str, ...] = ("docker", "local", "kubernetes"), everything: bool = False,
+         dry_run: bool = False) -> Reaped:
     """Remove leftovers of dead owners (or, with `everything`, of every patchgym sandbox on this host)."""
     result = Reaped()
     if "docker" in backends:
         reap_docker(result, everything, dry_run)
     if "local" in backends:
         reap_local(result, everything, dry_run)
+    if "kubernetes" in backends:
+        reap_kubernetes(result, everything, dry_run)
     return result
 
 
 def reapable() -> list[str]:
     """What `reap()` would remove now."""
     found = reap(dry_run=True)
-    return found.containers + found.directories + found.cgroups
+    return found.containers + found.directories + found.cgroups + found.pods
 
 
 def reap_once(backend: str) -> None:
-    """Reap a backend's leftovers the first time this process uses it."""
+    """Reap a backend's leftovers the first time this process uses it (kubernetes: per namespace, by the sandbox)."""
     with _reap_lock:  # held while reaping: this process's other threads start their sandboxes after it
         if backend in _reaped or backend not in ("docker", "local"):
             return
@@ -102,16 +133,24 @@ def reap_once(backend: str) -> None:
 
 
 def leftovers(run: str) -> list[str]:
-    """Everything of run `run` still on this host: containers, scratch dirs, cgroups, processes, mounts."""
+    """Everything of run `run` still on this host: containers, pods, scratch dirs, cgroups, processes, mounts."""
     found = []
     try:
         import docker
 
         client = docker.from_env(timeout=30)
         found += [f"container {c.name}" for c in
-                  client.containers.list(all=True, filters={"label": f"{lifecycle.LABEL_RUN}={run}"})]
+                  client.containers.list(all=True, filters={"label": f"{lifecycle.LABEL_RUN}={run}"})
+                  if not _kubelet_made(c)]
     except docker.errors.DockerException:
         pass
+    if (kcfg := _kube_config()) is not None:
+        from patchgym.sandbox.kubernetes import run_pods
+
+        try:
+            found += [f"pod {p}" for p in run_pods(kcfg, run)]
+        except Exception:  # no API server answers: no pod of ours runs there
+            pass
     root = paths.sandboxes_dir()
     ours = set()
     for d in sorted(root.iterdir()) if root.is_dir() else []:

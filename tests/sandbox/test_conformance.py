@@ -151,6 +151,13 @@ def test_no_network(sb):
         assert sb.exec(["python3", "-c", probe]).output.startswith("refused")
     finally:
         server.close()
+    if sb.backend == "kubernetes":
+        # A pod always has an interface: its isolation is a deny-all NetworkPolicy selecting it, which only an
+        # enforcing CNI plugin applies (the test cluster's bridge plugin does not).
+        from test_kubernetes import assert_denied_by_policy
+
+        assert_denied_by_policy(sb)
+        return
     interfaces = sb.exec("tail -n +3 /proc/net/dev | cut -d: -f1").output.split()
     assert interfaces == ["lo"]
 

@@ -37,7 +37,7 @@ for t in threads:
 def _start_child(backend: str, run: str) -> subprocess.Popen:
     child = subprocess.Popen([sys.executable, "-c", CHILD, backend, run], stdout=subprocess.PIPE, text=True)
     assert child.stdout.readline().strip() == "ready"
-    assert len([x for x in leftovers(run) if x.startswith(("container", "directory"))]) == 8
+    assert len([x for x in leftovers(run) if x.startswith(("container", "directory", "pod"))]) == 8
     return child
 
 
@@ -63,7 +63,7 @@ def test_sigkill_leaves_only_what_the_reaper_removes(backend):
     child.kill()
     child.wait()
     # Containers remove themselves (runner sees end of file, AutoRemove); local processes and mounts die with
-    # their namespaces. Only on-disk scratch and cgroups need the reaper.
+    # their namespaces. Only on-disk scratch, cgroups and pods (their PID 1 lives on) need the reaper.
     assert _wait_clean(run, 20, ("container", "process", "mount")) == []
     reap()
     assert leftovers(run) == []
