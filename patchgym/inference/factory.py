@@ -8,7 +8,8 @@ from patchgym.inference.config import InferenceConfig
 
 
 def make_engine(config: InferenceConfig):
-    """An Engine for `config`: hf loads the model here; openai connects to `base_url` and loads only a tokenizer."""
+    """An Engine for `config`: hf loads the model here; openai connects to `base_url` and loads only a tokenizer;
+    vllm starts a vLLM server (a subprocess) on the model."""
     if config.engine == "hf":
         from patchgym.inference.hf import HFEngine
 
@@ -22,4 +23,8 @@ def make_engine(config: InferenceConfig):
             raise ValueError("inference.engine=openai needs inference.base_url (e.g. http://127.0.0.1:8000/v1)")
         return OpenAIEngine(config.base_url, config.server_model or config.model, load_tokenizer(config.model),
                             api_key=os.environ.get(config.api_key_env) or "EMPTY", api=config.api)
+    if config.engine == "vllm":
+        from patchgym.inference.vllm_engine import VLLMEngine
+
+        return VLLMEngine.from_config(config)
     raise ValueError(f"unknown engine {config.engine!r}")

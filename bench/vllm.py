@@ -1,0 +1,101 @@
+"""The vllm engine against the hf engine on the same model: generation throughput at batch 1 and 8, and the time to
+push a full state dict into the running engine.
+
+    python bench/vllm.py [--model smollm2] [--dtype float32] [--max-new-tokens 64] [--pushes 2] [--json]
+
+The engines run one after the other, never together, so they do not share the two cores. Batch 1: the 8 prompts one
+by one; batch 8: all 8 at once from 8 threads. T = 1 with the same seeds, but each engine has its own RNG, so the
+token counts differ; throughput is generated tokens / wall time. *_ratio = vllm / hf (> 1: vllm generates faster);
+sync_ratio = hf / vllm seconds (> 1: vllm syncs faster; hf copies in place, so expect < 1).
+"""
+
+import argparse
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+
+from patchgym.inference.base import SamplingParams
+from patchgym.inference.hf import HFEngine
+from patchgym.inference.models import load_model
+from patchgym.inference.vllm_engine import VLLMEngine
+
+from report import print_result  # bench/report.py, beside this script
+
+QUESTIONS = [
+    "What is the capital of France?",
+    "Write a Python function that reverses a string.",
+    "Explain what a unit test is.",
+    "How do I undo the last git commit?",
+    "What does HTTP status 404 mean?",
+    "Name three sorting algorithms.",
+    "What is a race condition?",
+    "Why is the sky blue?",
+]
+
+
+def throughput(engine, jobs, concurrent: bool) -> float:
+    start = time.perf_counter()
+    if concurrent:
+        with ThreadPoolExecutor(len(jobs)) as pool:
+            generations = list(pool.map(lambda job: engine.generate(*job), jobs))
+    else:
+        generations = [engine.generate(*job) for job in jobs]
+    return sum(len(g.token_ids) for g in generations) / (time.perf_counter() - start)
+
+
+def measure(engine, jobs, state_dict, pushes: int) -> dict[str, float]:
+    engine.generate(jobs[0][0], SamplingParams(max_new_tokens=4, seed=0))  # warm-up
+    b1, b8 = throughput(engine, jobs, False), throughput(engine, jobs, True)
+    sync = []
+    for _ in range(pushes):
+        start = time.perf_counter()
+        engine.load_weights(state_dict)
+        sync.append(time.perf_counter() - start)
+    return {"b1": b1, "b8": b8, "sync": sum(sync) / len(sync)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="smollm2")
+    parser.add_argument("--dtype", default="float32", help="vllm's dtype (hf always runs fp32, like the trainer)")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--pushes", type=int, default=2, help="weight pushes to average")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(1)  # see bench/generation.py: one thread is fastest on the shared 2-core machine
+
+    model, tokenizer = load_model(args.model)
+    state_dict = {name: t.detach() for name, t in model.state_dict().items()}  # a trainer's full_state_dict
+    jobs = [(tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True,
+                                           return_dict=False), SamplingParams(max_new_tokens=args.max_new_tokens, seed=i))
+            for i, q in enumerate(QUESTIONS)]
+    with HFEngine(model, tokenizer, max_batch=len(jobs)) as engine:
+        hf = measure(engine, jobs, state_dict, args.pushes)
+    start = time.perf_counter()
+    with VLLMEngine(args.model, dtype=args.dtype, max_batch=len(jobs)) as engine:
+        start_s = time.perf_counter() - start
+        vllm = measure(engine, jobs, state_dict, args.pushes)
+
+    result = {
+        "model": args.model,
+        "vllm_dtype": args.dtype,
+        "max_new_tokens": args.max_new_tokens,
+        "vllm_start_s": round(start_s, 1),
+        "hf_b1_tokens_per_s": round(hf["b1"], 1),
+        "vllm_b1_tokens_per_s": round(vllm["b1"], 1),
+        "b1_ratio": round(vllm["b1"] / hf["b1"], 2),
+        "hf_b8_tokens_per_s": round(hf["b8"], 1),
+        "vllm_b8_tokens_per_s": round(vllm["b8"], 1),
+        "b8_ratio": round(vllm["b8"] / hf["b8"], 2),
+        "hf_sync_s": round(hf["sync"], 3),
+        "vllm_sync_s": round(vllm["sync"], 3),
+        "sync_ratio": round(hf["sync"] / vllm["sync"], 3),
+    }
+    print_result(result, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

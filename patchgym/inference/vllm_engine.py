@@ -1,0 +1,248 @@
+"""The vllm engine: a `vllm serve` subprocess that this process starts, samples through (token ids in, exact ids and
+logprobs out, via OpenAIEngine) and pushes new policy weights into without a restart.
+
+A weight push writes safetensors + config.json to a RAM-backed temp dir and asks the server's worker to
+`reload_weights` from it (the one route that works on vLLM's CPU backend, whose linear layers are prepacked), then
+empties the prefix cache, whose KV blocks were computed with the old weights.
+"""
+
+import atexit
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping
+
+import torch
+from safetensors.torch import save_file
+
+from patchgym.inference.base import SamplingParams
+from patchgym.inference.models import load_tokenizer, smollm2_dir
+from patchgym.inference.openai_engine import OpenAIEngine, OpenAIEngineError
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+LOG_TAIL_LINES = 40
+
+
+class VLLMServerError(RuntimeError):
+    """The vLLM server did not start, died, or refused a weight update; the message ends with its log's tail."""
+
+
+class VLLMEngine(OpenAIEngine):
+    """Engine over a vLLM server it owns (a context manager; close() stops it). `dtype` float32 keeps the sampled
+    tokens' logprobs within ~3e-5 of an fp32 trainer's (bf16: up to ~0.3 nats off); `max_batch` caps the sequences
+    decoded together (--max-num-seqs). Unlike HFEngine, a request with top-k/top-p/min-p gets the logprobs of the
+    truncated distribution; the default (unbiased) sampling is the same in both."""
+
+    def __init__(self, spec: str = "smollm2", *, dtype: str = "float32", kv_cache_gb: float = 1.0,
+                 max_batch: int = 8, extra_args: Iterable[str] = (), start_timeout_s: float = 300.0,
+                 seed: int = 0):
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+        self.model_dir, self.dtype = model_dir(spec), dtype
+        self.workdir = Path(tempfile.mkdtemp(prefix="patchgym-vllm-"))
+        self.log_path = self.workdir / "server.log"
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._weights_dir: Path | None = None
+        self._stopped = False
+        command = [
+            sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model_dir),
+            "--served-model-name", spec, "--host", "127.0.0.1", "--port", str(self.port), "--dtype", dtype,
+            "--enforce-eager",  # compiling takes a minute per start and gains little on a small model
+            "--kv-cache-memory-bytes", str(int(kv_cache_gb * 2**30)),  # else it reserves 90 % of RAM on CPU
+            "--max-num-seqs", str(max_batch), "--seed", str(seed),
+            # The model's generation_config.json must never set sampling defaults (it turned on top-k/min-p once).
+            "--generation-config", "vllm",
+            # log softmax(logits / T), as Generation.logprobs promises ("raw" would ignore T). With top-k/top-p/min-p
+            # on, vLLM reports the truncated, renormalised distribution's logprob: what was really sampled from.
+            "--logprobs-mode", "processed_logprobs",
+            *extra_args,
+        ]
+        env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1"}  # adds /collective_rpc and /reset_prefix_cache
+        with open(self.log_path, "wb") as log:
+            # Its own process group: vLLM's EngineCore and worker processes must die with it.
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                            start_new_session=True)
+        atexit.register(self.close)  # the server is in its own session: it would outlive an interpreter that exits
+        try:
+            self._wait_ready(start_timeout_s)
+            super().__init__(f"{self.url}/v1", spec, load_tokenizer(spec))
+        except BaseException:
+            self.close()
+            raise
+
+    @classmethod
+    def from_config(cls, config) -> "VLLMEngine":
+        """An engine for an InferenceConfig with engine=vllm."""
+        return cls(config.model, dtype=config.vllm_dtype, kv_cache_gb=config.vllm_kv_cache_gb,
+                   max_batch=config.max_batch, extra_args=config.vllm_args,
+                   start_timeout_s=config.vllm_start_timeout_s)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def load_weights(self, state_dict: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Replace the served weights in place. Push whole checkpoints (or whole fused groups: q, k, v together,
+        gate and up together): a layer the files cover only in part is rebuilt with its other parts uninitialised."""
+        items = state_dict.items() if isinstance(state_dict, Mapping) else state_dict
+        directory = Path(tempfile.mkdtemp(prefix="patchgym-weights-", dir=_ram_dir()))
+        try:
+            save_file(_unshared(items, DTYPES[self.dtype]), str(directory / "model.safetensors"))
+            shutil.copy(self.model_dir / "config.json", directory / "config.json")
+            self._post("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(directory)}})
+            self._post("/reset_prefix_cache", None)
+        except BaseException:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+        # The server now names this directory as its model; the previous one is no longer needed.
+        if self._weights_dir is not None:
+            shutil.rmtree(self._weights_dir, ignore_errors=True)
+        self._weights_dir = directory
+
+    def close(self) -> None:
+        atexit.unregister(self.close)
+        if hasattr(self, "_client"):
+            super().close()
+        self._stop_server()
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        """The server log's last lines, after its first few exception lines (the root cause of a crash often
+        scrolls out of the tail behind the shutdown messages)."""
+        try:
+            with open(self.log_path, errors="replace") as log:
+                text = log.readlines()
+        except OSError:
+            return ""
+        causes = list(dict.fromkeys(line for line in text if "Error: " in line))[:5]
+        return "".join(causes + ["...\n"] + text[-lines:] if causes else text[-lines:])
+
+    def _sampling(self, params: SamplingParams) -> dict:
+        """Every sampling field spelled out, "off" values too: nothing is left to a server-side default."""
+        fields = super()._sampling(params)
+        fields["extra_body"].update({"top_k": params.top_k, "min_p": params.min_p, "repetition_penalty": 1.0})
+        return {**fields, "presence_penalty": 0.0, "frequency_penalty": 0.0}
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        """A request that failed because the server died says so, with the server's last words."""
+        try:
+            with super()._errors():
+                yield
+        except OpenAIEngineError as exc:
+            if self.process.poll() is None:
+                raise
+            raise VLLMServerError(f"the vLLM server died (exit code {self.process.returncode}); its log ends:\n"
+                                  f"{self.log_tail()}") from exc
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise VLLMServerError(f"the vLLM server exited with code {self.process.returncode} while starting; "
+                                      f"its log ends:\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=5) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.5)
+        raise VLLMServerError(f"the vLLM server was not healthy after {timeout_s:.0f} s "
+                              f"(inference.vllm_start_timeout_s); its log ends:\n{self.log_tail()}")
+
+    def _post(self, route: str, body: Any) -> Any:
+        data = json.dumps(body).encode() if body is not None else b""
+        request = urllib.request.Request(f"{self.url}{route}", data=data, method="POST",
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=600) as response:
+                payload = response.read()
+        except urllib.error.HTTPError as exc:
+            raise VLLMServerError(f"POST {route}: HTTP {exc.code} {exc.read()[:2000]!r}; log tail:\n"
+                                  f"{self.log_tail()}") from exc
+        except (urllib.error.URLError, OSError) as exc:
+            raise VLLMServerError(f"POST {route}: {exc}; log tail:\n{self.log_tail()}") from exc
+        return json.loads(payload) if payload.strip() else None
+
+    def _stop_server(self) -> None:
+        """SIGTERM the server's process group (EngineCore and the worker too) and wait until all of it is gone;
+        SIGKILL what outlives 15 s."""
+        process = getattr(self, "process", None)
+        if process is not None and not self._stopped:  # once only: the group's id may be reused afterwards
+            self._stopped = True
+            _signal_group(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                pass
+            if not _group_gone(process.pid, timeout_s=15):
+                _signal_group(process.pid, signal.SIGKILL)
+                process.wait()
+                _group_gone(process.pid, timeout_s=10)
+        for directory in (self._weights_dir, self.workdir):
+            if directory is not None:
+                shutil.rmtree(directory, ignore_errors=True)
+        self._weights_dir = None
+
+
+def model_dir(spec: str) -> Path:
+    """The HF safetensors directory vLLM loads for a spec (vLLM reads no GGUF: "smollm2" is the converted copy)."""
+    if spec == "tiny":
+        raise ValueError("inference.model=tiny: its 8-wide attention heads are narrower than vLLM's CPU attention "
+                         "takes (32 and up); use smollm2 or a model directory with the vllm engine")
+    return smollm2_dir() if spec == "smollm2" else Path(spec)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _unshared(items, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """CPU tensors in the server's dtype, one per storage: safetensors refuses tied tensors, and vLLM takes a tied
+    lm_head from the embedding anyway."""
+    out, seen = {}, set()
+    for name, tensor in items:
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+        if key in seen:
+            continue
+        seen.add(key)
+        out[name] = tensor.detach().to("cpu", dtype).contiguous()
+    return out
+
+
+def _ram_dir() -> str | None:
+    """/dev/shm where there is one: a full checkpoint is written and read back on every push."""
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _group_gone(pgid: int, timeout_s: float) -> bool:
+    """Wait until no process of the group is left (orphans are reaped by init)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
