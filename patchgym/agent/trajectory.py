@@ -57,6 +57,8 @@ class Trajectory(BaseModel):
     sampling: dict = Field(default_factory=dict)
     started_at: float = Field(0.0, description="unix time")
     seconds: float = 0.0
+    node: str | None = Field(None, description="the Ray node it ran on (cluster.backend ray); null when it ran "
+                                               "in this process")
 
     @property
     def steps(self) -> int:

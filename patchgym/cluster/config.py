@@ -16,3 +16,5 @@ class ClusterConfig(BaseModel):
                                                                   "cluster)")
     address: str | None = Field(None, description="ray: cluster address (e.g. 10.0.0.1:6379, 'auto'); null = "
                                                   "start a private single-node Ray")
+    rollout_resource: str | None = Field(None, description="ray: only nodes that advertise this custom resource "
+                                                           "get a rollout worker; null = every alive node")

@@ -101,10 +101,11 @@ class RolloutEngine:
         records = {t.trajectory_id or t.task_id: t for t in self.store.records()}
         return [records[k] for k in keys]
 
-    async def _trajectory(self, key: str, task: Task, sample: int, pools: PoolSet) -> None:
-        partial = self.run_dir / "partial" / (re.sub(r"[^\w.#-]", "_", key) + ".json")
+    async def play_one(self, key: str, task: Task, sample: int, pools: PoolSet) -> Trajectory:
+        """One trajectory, played and graded, rerun after infrastructure errors up to `retries` times; the caller
+        records it (here `_trajectory`; on a Ray worker, the driver)."""
         for attempt in range(1, self.config.retries + 2):
-            trajectory = await self._episode(task, pools, partial)
+            trajectory = await self._episode(task, pools, self._partial_path(key))
             trajectory.trajectory_id, trajectory.sample, trajectory.attempt = key, sample, attempt
             if trajectory.termination != "infra_error" and self.grade:
                 await self._grade(task, trajectory, pools)
@@ -113,10 +114,17 @@ class RolloutEngine:
             log.warning("%s: infrastructure error on attempt %d: %s", key, attempt, trajectory.error)
             if attempt <= self.config.retries:
                 self.stats.retries += 1
+        return trajectory
+
+    async def _trajectory(self, key: str, task: Task, sample: int, pools: PoolSet) -> None:
+        trajectory = await self.play_one(key, task, sample, pools)
         self.store.append(trajectory)
-        partial.unlink(missing_ok=True)
+        self._partial_path(key).unlink(missing_ok=True)
         self._count(trajectory)
         self._refresh(advance=1)
+
+    def _partial_path(self, key: str) -> Path:
+        return self.run_dir / "partial" / (re.sub(r"[^\w.#-]", "_", key) + ".json")
 
     async def _episode(self, task: Task, pools: PoolSet, partial: Path) -> Trajectory:
         async with self._sandbox_slots:

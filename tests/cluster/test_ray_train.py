@@ -1,0 +1,100 @@
+"""An RL iteration of the Trainer with cluster.backend=ray on a real 3-node Ray cluster: the tiny model serves from
+one engine actor, rollout workers on every node sample from it, a worker node is killed mid-rollouts, and nothing is
+lost: every trajectory is recorded once, trained on, and the engine actor ends up with the trainer's weights."""
+
+import json
+import time
+
+import pytest
+import ray
+import torch
+from ray_nodes import alive_actors, kill_when_busy, reap_after_kill
+
+from patchgym.cluster import make_engine, make_rollouts
+from patchgym.cluster.ray_trainer import start_trainer_worker
+from patchgym.config import load_config
+from patchgym.rollout import ModelAgent
+from patchgym.tasks import write_tasks
+from patchgym.train.loop import Trainer
+from patchgym.train.batch import sequences_from_trajectories
+from patchgym.train.metrics import read_metrics
+from patchgym.train.update import full_state_dict
+
+G = 6
+
+
+class EngineWatch(Trainer):
+    """The Trainer, keeping what its engine actor holds after each iteration (the actor is gone once run returns)."""
+
+    def iteration(self, state):
+        record = super().iteration(state)
+        self.engine_weights = ray.get(self.engine.actor.state_dict.remote())
+        return record
+
+
+@pytest.mark.parametrize("backend", ["local"], indirect=True)
+def test_an_iteration_survives_a_dead_node(ray_cluster, victim, backend, tiny, tiny_task, tmp_path):
+    tasks_file = tmp_path / "tasks.jsonl"
+    write_tasks([tiny_task], tasks_file)
+    config = load_config(overrides=[
+        "cluster.backend=ray", f"sandbox.backend={backend}", "inference.model=tiny", f"train.tasks={tasks_file}",
+        "train.iterations=1", "train.tasks_per_iteration=1", f"train.samples_per_task={G}", "train.lr=0.01",
+        "train.weight_decay=0.1", "agent.max_steps=2", "agent.sampling.max_new_tokens=8", "rollout.max_sandboxes=1",
+        "algorithm.advantage=rloo"])
+    trainer = EngineWatch(config, tmp_path / "run", progress=False)
+    kill = kill_when_busy(ray_cluster, victim, after_s=0.3)
+    start = time.monotonic()
+    trainer.run()
+    took = time.monotonic() - start
+    kill["thread"].join(timeout=10)
+    assert "killed_at" in kill, kill.get("error")
+
+    records = [json.loads(line) for line in
+               (tmp_path / "run" / "rollouts" / "iter-1" / "trajectories.jsonl").read_text().splitlines()]
+    ids = [r["trajectory_id"] for r in records]
+    assert sorted(ids) == sorted(f"{tiny_task.instance_id}#{s}" for s in range(G))  # each once, none lost
+    assert all(r["termination"] != "infra_error" and r["engine"]["class"] == "RemoteEngine" for r in records)
+    nodes = {r["node"] for r in records}
+    assert victim.node_id not in nodes and len(nodes) == 2  # killed in its first episode: the survivors ran all
+
+    (line,) = read_metrics(tmp_path / "run")
+    assert line["trajectories"] == G and line["trained_trajectories"] == G and line["optimizer_steps"] == 1
+    trained = full_state_dict(trainer.model)
+    assert trainer.engine_weights.keys() == trained.keys()
+    assert all(torch.equal(trainer.engine_weights[k], trained[k].cpu()) for k in trained)
+    print(f"trainer on ray: {G} trajectories, node killed with {kill['busy']} episode(s) on it, iteration took "
+          f"{took:.1f} s, by node { {n[:8]: sum(r['node'] == n for r in records) for n in nodes} }")
+
+    assert reap_after_kill(victim) == []  # the dead node's sandboxes had no owner left to close them
+    assert alive_actors() == []  # the engine actor and the rollout workers are gone
+
+
+@pytest.mark.parametrize("backend", ["local"], indirect=True)
+def test_a_trainer_worker_on_another_node_trains_and_feeds_the_engine(ray_cluster, backend, tiny, tiny_task,
+                                                                      tmp_path):
+    config = load_config(overrides=[
+        "cluster.backend=ray", f"sandbox.backend={backend}", "inference.model=tiny", "train.lr=0.01",
+        "agent.max_steps=2", "agent.sampling.max_new_tokens=8", "rollout.max_sandboxes=1"])
+    here = ray.get_runtime_context().get_node_id()
+    elsewhere = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and n["NodeID"] != here)
+    engine = make_engine(config)  # the engine actor, on this (the head) node
+    worker = start_trainer_worker(config, elsewhere)
+    try:
+        ray.get(worker.push_weights.remote(engine))
+        initial = ray.get(worker.state_dict.remote())
+        assert all(torch.equal(v, initial[k]) for k, v in ray.get(engine.actor.state_dict.remote()).items())
+        rollouts = make_rollouts(config, ModelAgent(engine, config.agent, model="tiny"), run_dir=tmp_path,
+                                 progress=False)
+        trajectories = rollouts.run([tiny_task], samples=2)
+        sequences = sequences_from_trajectories(trajectories, [1.0, -1.0])
+        assert len(sequences) == 2
+        update = ray.get(worker.update.remote(sequences, config.algorithm))
+        assert update["steps"] == 1 and update["tokens"] == sum(sum(s.loss_mask) for s in sequences)
+        ray.get(worker.push_weights.remote(engine))
+        trained, served = ray.get(worker.state_dict.remote()), ray.get(engine.actor.state_dict.remote())
+        assert all(torch.equal(served[k], v) for k, v in trained.items())
+        assert any(not torch.equal(initial[k], v) for k, v in trained.items())  # the step moved the policy
+    finally:
+        engine.close()
+        ray.kill(worker)
+    assert alive_actors() == []
