@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: host install image demo test bench clean
+.PHONY: host install image k8s demo test bench clean
 
 host:
 	bash scripts/setup-host.sh
@@ -12,7 +12,9 @@ install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
-	$(BIN)/pip install -q -c constraints.txt -e '.[test,lora]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[test,lora,vllm]'
+	# vLLM pulls in the PyPI (CUDA) builds of these; they break `import vllm` on the CPU torch and are not needed.
+	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec triton
 	touch $@
 
 image: host install
@@ -27,13 +29,19 @@ demo: image
 	$(BIN)/patchgym train -c configs/demo.yaml --out runs/demo-train --resume
 	$(BIN)/patchgym report runs/demo-train
 
-test: image
+# The kubernetes backend's tests start a real single-node cluster; its binaries are built once and cached.
+k8s: host
+	bash scripts/k8s-cluster.sh build
+
+test: image k8s
 	$(BIN)/pytest
 
-bench: image
+bench: image k8s
 	$(BIN)/python bench/sandbox.py
 	$(BIN)/python bench/generation.py
 	$(BIN)/python bench/rollout.py
+	$(BIN)/python bench/vllm.py
+	$(BIN)/python bench/kube_exec.py
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

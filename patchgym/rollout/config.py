@@ -14,3 +14,6 @@ class RolloutConfig(BaseModel):
     grade_timeout_s: float = Field(1800.0, gt=0, description="time limit of the hidden tests when grading")
     grade_empty_patches: bool = Field(False, description="grade a trajectory that changed nothing (otherwise it is "
                                                          "unresolved without a test run)")
+    max_staleness: int = Field(0, ge=0, description="train: S, how many policy updates a trajectory may lag behind "
+                                                     "(rollouts of the next S iterations run while one trains); "
+                                                     "0 = synchronous")

@@ -32,15 +32,21 @@ def checkpoints_dir(run_dir: str | Path) -> Path:
 
 
 def save_checkpoint(run_dir: str | Path, iteration: int, model, tokenizer, optimizer=None, scheduler=None, *,
-                    state: dict[str, Any], keep: int = 2) -> Path:
-    """Write RUN/checkpoints/iter-`iteration` atomically, then delete all but the newest `keep` checkpoints."""
+                    state: dict[str, Any], keep: int = 2, model_state: dict | None = None,
+                    optimizer_state: dict | None = None) -> Path:
+    """Write RUN/checkpoints/iter-`iteration` atomically, then delete all but the newest `keep` checkpoints.
+
+    `model_state` and `optimizer_state`, when given, are written instead of the model's and optimizer's own: the
+    gathered states of a sharded (FSDP2) model, so that one process can load the checkpoint."""
     root = checkpoints_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
     for stale in root.glob(".tmp-*"):  # left by a crash mid-save
         shutil.rmtree(stale, ignore_errors=True)
     tmp = root / f".tmp-iter-{iteration}-{os.getpid()}"
-    _save_model(model, tokenizer, tmp)
-    torch.save({"optimizer": optimizer.state_dict() if optimizer is not None else None,
+    _save_model(model, tokenizer, tmp, model_state)
+    if optimizer_state is None and optimizer is not None:
+        optimizer_state = optimizer.state_dict()
+    torch.save({"optimizer": optimizer_state,
                 "scheduler": scheduler.state_dict() if scheduler is not None else None}, tmp / "optimizer.pt")
     torch.save(_rng_state(), tmp / "rng.pt")
     (tmp / "state.json").write_text(json.dumps({"iteration": iteration, **state}, indent=1))
@@ -79,16 +85,31 @@ def read_state(checkpoint: str | Path) -> dict[str, Any]:
         raise ValueError(f"checkpoint state '{path}' cannot be read: {exc}") from None
 
 
-def load_training_state(checkpoint: str | Path, optimizer=None, scheduler=None) -> dict[str, Any]:
-    """Restore optimizer, scheduler and random states from `checkpoint`; return its loop state."""
+def load_training_state(checkpoint: str | Path, optimizer=None, scheduler=None, model=None) -> dict[str, Any]:
+    """Restore optimizer, scheduler and random states from `checkpoint`; return its loop state. An optimizer state
+    saved by a sharded run (keyed by parameter name) needs the `model`."""
     checkpoint = Path(checkpoint)
     saved = torch.load(checkpoint / "optimizer.pt", map_location="cpu", weights_only=False)
     if optimizer is not None and saved["optimizer"] is not None:
-        optimizer.load_state_dict(saved["optimizer"])
+        load_optimizer_state(model, optimizer, saved["optimizer"])
     if scheduler is not None and saved["scheduler"] is not None:
         scheduler.load_state_dict(saved["scheduler"])
     _set_rng_state(torch.load(checkpoint / "rng.pt", weights_only=False))
     return read_state(checkpoint)
+
+
+def load_optimizer_state(model, optimizer, state: dict) -> None:
+    """torch's own optimizer state (parameters by index), or a gathered one keyed by parameter name (from a sharded
+    run: each rank then keeps its shard of it, or one process all of it)."""
+    groups = state.get("param_groups", [])
+    if not any(isinstance(p, str) for g in groups for p in g["params"]):
+        optimizer.load_state_dict(state)
+        return
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    if model is None:
+        raise ValueError("an optimizer state keyed by parameter name (from a sharded run) needs the model to load")
+    set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))
 
 
 def load_adapter(model, checkpoint: str | Path) -> None:
@@ -106,8 +127,10 @@ def is_peft(model) -> bool:
     return hasattr(model, "peft_config")
 
 
-def _save_model(model, tokenizer, directory: Path) -> None:
-    if is_peft(model):
+def _save_model(model, tokenizer, directory: Path, state: dict | None = None) -> None:
+    if state is not None:
+        model.save_pretrained(directory / "model", state_dict=state)
+    elif is_peft(model):
         model.save_pretrained(directory / "adapter")
         base = model.get_base_model()
         base.save_pretrained(directory / "model", state_dict=full_state_dict(model))

@@ -31,6 +31,8 @@ class TrainConfig(BaseModel):
         "tokens per forward/backward pass (sequences are packed up to it; a longer one goes alone)"))
     gradient_checkpointing: bool = Field(False, description="recompute activations in backward: less memory, "
                                                             "about 30% more time")
+    fsdp: bool = Field(False, description="under torchrun (WORLD_SIZE > 1): FSDP2-shard the policy over the ranks; "
+                                          "false = plain data parallelism, a full copy on each")
     lora: dict | None = Field(None, description=(
         "peft LoraConfig keys (e.g. {r: 16, lora_alpha: 32, target_modules: all-linear}); null = full fine-tuning"))
     bf16: bool = Field(False, description="bfloat16 autocast for the update; needs a CUDA inference.device")

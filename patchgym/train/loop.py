@@ -5,7 +5,11 @@ weights into the inference engine -> metrics -> checkpoint.
 Run directory: config.yaml, metrics.jsonl, tensorboard/, rollouts/iter-N/trajectories.jsonl (every finished
 rollout, appended as it ends) and checkpoints/iter-N/. Resuming after a crash at any point loses no finished rollout
 and counts none twice: the model, optimizer and loop state come from the latest checkpoint, the next iteration
-draws the same tasks, and its rollout engine skips what iter-N/trajectories.jsonl already holds.
+draws the same tasks, and its rollout engine skips what iter-N/trajectories.jsonl already holds. With
+rollout.max_staleness = S > 0, rollouts of S later iterations run during training (async_rollouts.py); a checkpoint
+after N keeps the task stream as after N's draws, so a resumed N+1.. draws the same tasks and reuses what their
+directories hold (sampled by older versions, as recorded: staleness stays <= S). Under torchrun, rank 0 runs the
+rollouts and every rank trains (distributed.py).
 """
 
 import contextlib
@@ -18,22 +22,24 @@ from rich.console import Console
 
 from patchgym.agent.config import AgentConfig
 from patchgym.agent.trajectory import Trajectory
-from patchgym.cluster import make_rollouts
+from patchgym.cluster import make_engine, make_rollouts
 from patchgym.config import Config, dump_config
-from patchgym.inference.factory import make_engine
 from patchgym.inference.models import load_model
-from patchgym.rl.advantages import compute_advantages
 from patchgym.rl.config import AlgorithmConfig
-from patchgym.rl.shaping import (Sample, apply_turn_penalty, compact_filter, drop_zero_advantage, dynamic_sampling,
-                                 groups_still_needed)
+from patchgym.rl.shaping import dynamic_sampling, groups_still_needed
 from patchgym.rollout import ModelAgent
 from patchgym.tasks import Task, TaskError, read_tasks
-from patchgym.train.batch import TrainSequence, sequences_from_trajectories
-from patchgym.train.checkpoint import latest_checkpoint, load_adapter, load_training_state, save_checkpoint
+from patchgym.train.async_rollouts import (PolicyVersions, RolloutBatch, RolloutPipeline, VersionedAgent,
+                                           staleness_stats)
+from patchgym.train.checkpoint import latest_checkpoint, load_training_state
+from patchgym.train.distributed import (Distributed, is_sharded, prepare_policy, save_run_checkpoint,
+                                        shard_sequences)
 from patchgym.train.metrics import MetricsLog, advantage_stats, reward_stats, rollout_stats, update_metrics
 from patchgym.train.schedule import LoopState, draw_tasks, enter_stage, record_outcomes, stage_of
-from patchgym.train.update import (enable_gradient_checkpointing, full_state_dict, make_optimizer, make_scheduler,
-                                   maybe_lora, policy_update)
+from patchgym.train.selection import group_of, select_training_batch, to_sample
+from patchgym.train.update import full_state_dict, make_optimizer, make_scheduler, policy_update
+
+__all__ = ["Trainer", "TrainError", "console", "group_of", "select_training_batch", "to_sample"]
 
 console = Console()
 
@@ -49,73 +55,105 @@ class Trainer:
         self.config, self.train, self.algo = config, config.train, config.algorithm
         self.out = Path(out) if out else Path(config.run_dir) / f"train-{time.strftime('%Y%m%d-%H%M%S')}"
         self.progress = progress
+        self.staleness = config.rollout.max_staleness
 
     def run(self, resume: bool = False) -> Path:
         """Train until train.iterations; with `resume`, continue the run in `out` from its latest checkpoint."""
-        self.tasks = self._read_tasks()
-        self._check()
-        checkpoint = self._prepare_run_dir(resume)
-        state = self._setup(checkpoint)
-        metrics = MetricsLog(self.out, resume_after=state.iteration)
+        self.dist = Distributed.from_env(str(self.config.inference.device))
+        self.engine = self.pipeline = metrics = None
         try:
+            self.out = self.dist.share(self.out)  # the default name has the time in it
+            self.tasks = self._read_tasks()
+            self._check()
+            checkpoint = self._prepare_run_dir(resume)
+            self.state = state = self._setup(checkpoint)
+            if self.dist.main:
+                metrics = MetricsLog(self.out, resume_after=state.iteration)
+                self.versions = PolicyVersions(state.iteration)
+                self._draws = LoopState(pool=list(state.pool), drawn=state.drawn)  # the stream running ahead
+                self.pipeline = RolloutPipeline(self._produce, self.versions, self.staleness, self.train.iterations)
             while state.iteration < self.train.iterations:
-                metrics.write(self.iteration(state))
+                record = self.iteration(state)
+                if metrics is not None:
+                    metrics.write(record)
                 if state.iteration % self.train.checkpoint_every == 0 or state.iteration == self.train.iterations:
                     self._checkpoint(state)
         finally:
-            metrics.close()
-            self.engine.close()
+            for part in (self.pipeline, metrics, self.engine):
+                if part is not None:
+                    part.close()
+            self.dist.close()
         return self.out
 
     def iteration(self, state: LoopState) -> dict:
-        """One RL iteration; advances `state` and returns its metrics line."""
+        """One RL iteration; advances `state` and returns its metrics line (on rank 0; {} on the others)."""
         n, began = state.iteration + 1, time.monotonic()
-        curriculum = self._maybe_enter_stage(state, n)
-        agent_config, algo, max_turns = self._stage_settings(state.stage)
-
-        t = time.monotonic()
-        trajectories, batch, rounds, filters, sampled_tokens = self._collect(state, n, agent_config, algo)
-        rollout_s = time.monotonic() - t
-        record_outcomes(state, [(x.task_id, x.resolved) for x in trajectories if x.termination != "infra_error"])
-
-        rewards, advantages, sequences = select_training_batch(batch, algo, max_turns, filters)
-        random.shuffle(sequences)  # mixes groups across the K mini-batches; the RNG is checkpointed
+        shards = None
+        if self.dist.main:
+            rollouts = self.pipeline.get(n)
+            wait_s = time.monotonic() - began
+            state.drawn = rollouts.drawn
+            record_outcomes(state, [(x.task_id, x.resolved) for x in rollouts.trajectories
+                                    if x.termination != "infra_error"])
+            _, algo, max_turns = self._stage_settings(state.stage)
+            rewards, advantages, sequences = select_training_batch(rollouts.batch, algo, max_turns, rollouts.filters)
+            random.shuffle(sequences)  # mixes groups across the K mini-batches; the RNG is checkpointed
+            shards = [(state.stage, shard) for shard in shard_sequences(sequences, self.train.mini_batches,
+                                                                         self.dist.world)]
+        state.stage, mine = self.dist.scatter(shards)
+        _, algo, _ = self._stage_settings(state.stage)
 
         t = time.monotonic()
         with self._autocast():
-            update = policy_update(self.model, self.optimizer, sequences, algo,
+            update = policy_update(self.model, self.optimizer, mine, algo,
                                    micro_token_budget=self.train.micro_token_budget,
                                    mini_batches=self.train.mini_batches, max_grad_norm=self.train.max_grad_norm,
-                                   scheduler=self.scheduler, ref_model=self.ref_model)
+                                   scheduler=self.scheduler, process_group=self.dist.group, ref_model=self.ref_model)
         training_s = time.monotonic() - t
         state.optimizer_steps += self.train.mini_batches
 
         t = time.monotonic()
-        self.engine.load_weights(full_state_dict(self.model))
+        if self.dist.main or is_sharded(self.model):  # gathering the shards takes every rank
+            weights = full_state_dict(self.model)
+        if self.dist.main:  # waits for the generations in flight: each runs on one policy version
+            self.versions.swap(lambda: self.engine.load_weights(weights))
         sync_s = time.monotonic() - t
-
         state.iteration = n
+        if not self.dist.main:
+            return {}
         record = {
             "iteration": n, "stage": state.stage, "optimizer_steps": state.optimizer_steps,
-            "lr": self.scheduler.get_last_lr()[0], "rounds": rounds, **rollout_stats(trajectories),
+            "lr": self.scheduler.get_last_lr()[0], "rounds": rollouts.rounds, **rollout_stats(rollouts.trajectories),
             **reward_stats(rewards), **advantage_stats(advantages), "trained_trajectories": len(sequences),
-            "rollout_tokens_per_s": sampled_tokens / max(rollout_s, 1e-9),
-            "filters": {**filters, **({"curriculum": curriculum} if curriculum else {})},
-            **update_metrics(update),
-            "time_rollout_s": rollout_s, "time_training_s": training_s, "time_weight_sync_s": sync_s,
-            "time_iteration_s": time.monotonic() - began,
+            "rollout_tokens_per_s": rollouts.sampled_tokens / max(rollouts.seconds, 1e-9),
+            "filters": {**rollouts.filters, **({"curriculum": rollouts.curriculum} if rollouts.curriculum else {})},
+            **update_metrics(update), **staleness_stats(rollouts.batch, n - 1),
+            "time_rollout_s": rollouts.seconds, "time_rollout_wait_s": wait_s, "time_training_s": training_s,
+            "time_weight_sync_s": sync_s, "time_iteration_s": time.monotonic() - began,
         }
         console.print(f"iteration {n}/{self.train.iterations}: reward {record['reward_mean']:.3f}, resolved "
                       f"{record['resolved']}/{record['trajectories']}, trained {len(sequences)}, loss "
-                      f"{record['loss'] or 0:.4f}; rollout {rollout_s:.0f} s, training {training_s:.0f} s, "
-                      f"sync {sync_s:.1f} s", soft_wrap=True)
+                      f"{record['loss'] or 0:.4f}; rollout {rollouts.seconds:.0f} s (waited {wait_s:.0f} s, "
+                      f"staleness <= {record['staleness_max']}), training {training_s:.0f} s, sync {sync_s:.1f} s",
+                      soft_wrap=True)
         return record
+
+    def _produce(self, n: int) -> RolloutBatch:
+        """Iteration n's rollouts. Synchronous, they draw from the loop state itself (and enter the stage of n);
+        running ahead, from the stream copy only this worker advances, whose position the iteration takes over."""
+        draws = self.state if self.staleness == 0 else self._draws
+        began = time.monotonic()
+        curriculum = self._maybe_enter_stage(draws, n)
+        agent_config, algo, _ = self._stage_settings(draws.stage)
+        collected = self._collect(draws, n, agent_config, algo)
+        return RolloutBatch(*collected, draws.drawn, curriculum, time.monotonic() - began)
+
 
     def _collect(self, state: LoopState, n: int, agent_config: AgentConfig, algo: AlgorithmConfig):
         """Rollouts of this iteration: (all trajectories, the batch to train on, rounds, filter counts, tokens
         sampled here). With dynamic sampling, more tasks are drawn until tasks_per_iteration groups have
         0 < resolved < G, for at most max_generation_rounds rounds; round r > 0 prefixes its ids with 'round<r>/'."""
-        agent = ModelAgent(self.engine, agent_config, model=self.config.inference.model)
+        agent = VersionedAgent(ModelAgent(self.engine, agent_config, model=self.config.inference.model), self.versions)
         rollouts = make_rollouts(self.config, agent, run_dir=self.out / "rollouts" / f"iter-{n}",
                                  progress=self.progress)
         want, G = self.train.tasks_per_iteration, self.train.samples_per_task
@@ -140,6 +178,7 @@ class Trainer:
         batch_groups = set(list(kept_groups)[:want])
         batch = [x for x in everything if group_of(x) in batch_groups]
         return everything, batch, rounds, {"dynamic_sampling": counts}, sampled_tokens
+
 
     def _maybe_enter_stage(self, state: LoopState, n: int) -> dict[str, int]:
         if not self.algo.stages:
@@ -181,8 +220,9 @@ class Trainer:
     def _check(self) -> None:
         """Settings that are valid one by one but not together."""
         train, algo, agent = self.train, self.algo, self.config.agent
-        if self.config.inference.engine != "hf":
-            raise TrainError("inference.engine: train needs 'hf' (the trainer pushes new weights into the engine)")
+        if self.config.inference.engine not in ("hf", "vllm"):
+            raise TrainError("inference.engine: train needs 'hf' or 'vllm' (the trainer pushes new weights into the "
+                             "engine)")
         if train.tasks_per_iteration > len(self.tasks):
             raise TrainError(f"train.tasks_per_iteration ({train.tasks_per_iteration}) is more than the "
                              f"{len(self.tasks)} tasks in '{train.tasks}'")
@@ -195,28 +235,39 @@ class Trainer:
         if threshold is not None and not algo.stages and agent.max_steps <= threshold:
             raise TrainError(f"agent.max_steps ({agent.max_steps}) must exceed algorithm.turn_penalty_threshold "
                              f"({threshold}): it is T_max of the turn penalty")
+        if self.staleness and algo.stages:
+            raise TrainError("rollout.max_staleness > 0 with algorithm.stages: a stage's curriculum reads outcomes "
+                             "of iterations that have not trained yet; use max_staleness 0")
+        if self.staleness and algo.tis_cap is None:
+            raise TrainError("rollout.max_staleness > 0 needs algorithm.tis_cap: stale samples come from an older "
+                             "policy, which truncated importance sampling corrects for")
+        if train.fsdp and train.lora is not None and self.dist.world > 1:
+            raise TrainError("train.fsdp with train.lora is not supported: shard full fine-tuning only")
         if train.bf16 and not str(self.config.inference.device).startswith("cuda"):
             raise TrainError(f"train.bf16 needs a CUDA inference.device, got '{self.config.inference.device}'")
 
     def _prepare_run_dir(self, resume: bool) -> Path | None:
-        """The checkpoint to start from (None: from the model spec); refuses to overwrite a run without resume."""
-        started = (self.out / "metrics.jsonl").exists() or (self.out / "rollouts").exists()
-        if started and not resume:
-            raise TrainError(f"{self.out} already holds a training run: pass --resume to continue it, or another --out")
-        self.out.mkdir(parents=True, exist_ok=True)
-        (self.out / "config.yaml").write_text(dump_config(self.config))
-        return latest_checkpoint(self.out) if resume else None
+        """The checkpoint to start from (None: from the model spec); refuses to overwrite a run without resume.
+        Rank 0 decides; every rank gets its answer (or its error)."""
+        found = error = None
+        if self.dist.main:
+            started = (self.out / "metrics.jsonl").exists() or (self.out / "rollouts").exists()
+            if started and not resume:
+                error = f"{self.out} already holds a training run: pass --resume to continue it, or another --out"
+            else:
+                self.out.mkdir(parents=True, exist_ok=True)
+                (self.out / "config.yaml").write_text(dump_config(self.config))
+                found = latest_checkpoint(self.out) if resume else None
+        error, found = self.dist.share((error, found))
+        if error:
+            raise TrainError(error)
+        return found
 
     def _setup(self, checkpoint: Path | None) -> LoopState:
-        """The trainer's model, optimizer, scheduler, reference model and engine, and the loop state."""
-        spec, device = self.config.inference.model, self.config.inference.device
-        model, self.tokenizer = load_model(str(checkpoint / "model") if checkpoint and not self.train.lora else spec,
-                                           device)
-        if self.train.gradient_checkpointing:
-            enable_gradient_checkpointing(model)
-        self.model = maybe_lora(model, self.train.lora)
-        if checkpoint is not None and self.train.lora:
-            load_adapter(self.model, checkpoint)
+        """The trainer's model (sharded under torchrun with train.fsdp), optimizer, scheduler, reference model and
+        (on rank 0) the engine, and the loop state."""
+        spec, device = self.config.inference.model, self.dist.device
+        self.model, self.tokenizer = prepare_policy(spec, device, self.train, self.dist, checkpoint)
         self.optimizer = make_optimizer(self.model, self.train.lr, self.train.weight_decay, self.train.betas)
         self.scheduler = make_scheduler(self.optimizer, self.train.warmup_steps,
                                         self.train.iterations * self.train.mini_batches, self.train.lr_schedule)
@@ -226,62 +277,25 @@ class Trainer:
             torch.manual_seed(self.config.seed)
             state = LoopState(pool=list(self.tasks))
         else:
-            state = LoopState.from_dict(load_training_state(checkpoint, self.optimizer, self.scheduler))
+            saved = load_training_state(checkpoint, self.optimizer, self.scheduler, model=self.model)
+            state = LoopState.from_dict(saved)
             missing = [t for t in state.pool if t not in self.tasks]
             if missing:
                 raise TrainError(f"train.tasks: '{self.train.tasks}' lacks {len(missing)} tasks of the run being "
                                  f"resumed, e.g. {missing[0]}")
-            console.print(f"resuming {self.out} after iteration {state.iteration} ({checkpoint})", soft_wrap=True)
-        self.engine = make_engine(self.config.inference)
-        self.engine.load_weights(full_state_dict(self.model))
+            if self.dist.main:
+                console.print(f"resuming {self.out} after iteration {state.iteration} ({checkpoint})", soft_wrap=True)
+        weights = full_state_dict(self.model) if self.dist.main or is_sharded(self.model) else None
+        if self.dist.main:
+            self.engine = make_engine(self.config)
+            self.engine.load_weights(weights)
         return state
 
-    def _checkpoint(self, state: LoopState) -> Path:
-        t = time.monotonic()
-        path = save_checkpoint(self.out, state.iteration, self.model, self.tokenizer, self.optimizer, self.scheduler,
-                               state=state.to_dict(), keep=self.train.keep_checkpoints)
-        console.print(f"checkpoint {path} in {time.monotonic() - t:.1f} s", soft_wrap=True)
-        return path
+    def _checkpoint(self, state: LoopState) -> Path | None:
+        return save_run_checkpoint(self.dist, self.out, state.iteration, self.model, self.tokenizer, self.optimizer,
+                                   self.scheduler, state=state.to_dict(), keep=self.train.keep_checkpoints)
 
     def _autocast(self):
         if self.train.bf16:
             return torch.autocast("cuda", dtype=torch.bfloat16)
         return contextlib.nullcontext()
-
-
-def select_training_batch(batch: list[Trajectory], algo: AlgorithmConfig, max_turns: int,
-                          filters: dict) -> tuple[list[float], torch.Tensor, list[TrainSequence]]:
-    """Shaping, filters and advantages over a batch: (shaped rewards, one advantage per scored trajectory, the
-    sequences that take loss). Adds each filter's counts to `filters`. Infrastructure errors carry no reward and
-    are left out; compact-filtered trajectories stay in their group's statistics (algorithm.invalid_as_zero) but
-    take no loss."""
-    scored = [x for x in batch if x.termination != "infra_error"]
-    filters["infra_error"] = len(batch) - len(scored)
-    samples = [to_sample(x) for x in scored]
-    if algo.turn_penalty_threshold is not None:
-        samples, filters["turn_penalty"] = apply_turn_penalty(samples, algo.turn_penalty_threshold, max_turns)
-    valid = [True] * len(samples)
-    if algo.compact_filter:
-        valid, filters["compact"] = compact_filter(samples, algo.compact_terminations)
-    rewards = [s.reward for s in samples]
-    advantages = compute_advantages(algo.advantage, torch.tensor(rewards, dtype=torch.float64),
-                                    [s.group_id for s in samples], torch.tensor(valid, dtype=torch.bool),
-                                    eps=algo.advantage_eps, invalid_as_zero=algo.invalid_as_zero)
-    trained = [i for i, ok in enumerate(valid) if ok]
-    if algo.drop_zero_advantage:
-        kept, filters["zero_advantage"] = drop_zero_advantage(advantages[torch.tensor(trained, dtype=torch.long)])
-        trained = [trained[k] for k in kept]
-    sequences = sequences_from_trajectories([scored[i] for i in trained], [float(advantages[i]) for i in trained])
-    return rewards, advantages, sequences
-
-
-def to_sample(trajectory: Trajectory) -> Sample:
-    """A graded trajectory as shaping sees it; its reward is 1 if it resolved its task, else 0."""
-    t = trajectory
-    return Sample(t.task_id, group_of(t), float(t.resolved), t.termination, t.steps, t.resolved)
-
-
-def group_of(trajectory: Trajectory) -> str:
-    """The group a trajectory's advantage compares it within: its task (and round), i.e. its id without '#sample'."""
-    return trajectory.trajectory_id.rsplit("#", 1)[0]
-

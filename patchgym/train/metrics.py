@@ -24,7 +24,8 @@ KEYS = (
     "resolve_rate", "resolved", "advantage_mean", "advantage_std", "advantage_min", "advantage_max",
     "advantage_zero_fraction", "trained_trajectories", "steps_per_trajectory", "sampled_tokens_per_trajectory",
     "tokens_per_trajectory", "rollout_tokens_per_s", "terminations", "filters", "time_rollout_s", "time_grading_s",
-    "time_training_s", "time_weight_sync_s", "time_iteration_s",
+    "time_training_s", "time_weight_sync_s", "time_iteration_s", "time_rollout_wait_s", "policy_version_min",
+    "staleness_mean", "staleness_max",
 )
 # The policy update's numbers (patchgym.train.update.policy_update), renamed to say what they count; every line
 # has UPDATE_KEYS, null where the update did not report one (nothing trained).

@@ -1,0 +1,139 @@
+"""Training on several processes, launched by torchrun (`torchrun --standalone --nproc-per-node N -m patchgym train`):
+rank 0 runs the rollouts (engine and sandboxes), picks the batch and scatters it; every rank holds its part of the
+policy (FSDP2 shards with train.fsdp, else a full copy) and takes the same optimizer steps with global loss
+denominators; rank 0 pushes the gathered weights to the engine and writes metrics and checkpoints.
+"""
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from patchgym.inference.models import load_model
+from patchgym.train.batch import TrainSequence
+from patchgym.train.checkpoint import load_adapter, save_checkpoint
+from patchgym.train.config import TrainConfig
+from patchgym.train.update import enable_gradient_checkpointing, maybe_lora, shard_model, split_mini_batches
+
+
+@dataclass
+class Distributed:
+    """This process's place: rank, world size, the process group (None in a single process), its torch device."""
+
+    rank: int = 0
+    world: int = 1
+    group: Any = None
+    device: str = "cpu"
+
+    @classmethod
+    def from_env(cls, device: str) -> "Distributed":
+        """From torchrun's variables: one process unless WORLD_SIZE > 1; then gloo on CPU, NCCL on CUDA (one GPU
+        per process, cuda:LOCAL_RANK)."""
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        if world == 1:
+            return cls(device=device)
+        backend = "gloo"
+        if str(device).startswith("cuda"):
+            local = int(os.environ.get("LOCAL_RANK", "0"))
+            torch.cuda.set_device(local)
+            device, backend = f"cuda:{local}", "nccl"
+        else:
+            torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+        if not dist.is_initialized():
+            dist.init_process_group(backend)
+        return cls(dist.get_rank(), dist.get_world_size(), dist.group.WORLD, device)
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def share(self, value: Any) -> Any:
+        """Rank 0's `value`, on every rank."""
+        if self.group is None:
+            return value
+        box = [value]
+        dist.broadcast_object_list(box, src=0, group=self.group)
+        return box[0]
+
+    def scatter(self, items: list | None) -> Any:
+        """Item `rank` of rank 0's `items` (one per rank; the other ranks pass None)."""
+        if self.group is None:
+            return items[0]
+        mine = [None]
+        dist.scatter_object_list(mine, items if self.main else None, src=0, group=self.group)
+        return mine[0]
+
+    def barrier(self) -> None:
+        if self.group is not None:
+            dist.barrier(group=self.group)
+
+    def close(self) -> None:
+        if self.group is not None and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def shard_sequences(sequences: list[TrainSequence], mini_batches: int, world: int) -> list[list[TrainSequence]]:
+    """Split one batch over `world` ranks so that the k-th mini-batch of every rank (policy_update's k-th slice of
+    what the rank holds) together is the k-th mini-batch of the whole batch: round-robin within each slice."""
+    shards: list[list[TrainSequence]] = [[] for _ in range(world)]
+    sizes = [[0] * mini_batches for _ in range(world)]
+    for k, part in enumerate(split_mini_batches(len(sequences), mini_batches)):
+        for j, i in enumerate(part):
+            shards[j % world].append(sequences[i])
+            sizes[j % world][k] += 1
+    for rank in range(world):  # holds for every size (checked up to 150 x 8 x 8); a guard, not a branch
+        if [len(r) for r in split_mini_batches(len(shards[rank]), mini_batches)] != sizes[rank]:
+            raise AssertionError(f"rank {rank}'s mini-batches would not line up: {sizes[rank]}")
+    return shards
+
+
+def is_sharded(model: nn.Module) -> bool:
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
+
+
+def full_states(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
+    """(model, optimizer) state dicts of a sharded model, gathered whole on CPU (every rank must call it; only rank 0
+    gets them back). The optimizer's is keyed by parameter name (checkpoint.load_optimizer_state reads it)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+    return get_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+
+def save_run_checkpoint(place: Distributed, run_dir: Path, iteration: int, model: nn.Module, tokenizer, optimizer,
+                        scheduler, *, state: dict, keep: int) -> Path | None:
+    """Rank 0 writes the checkpoint (checkpoint.save_checkpoint); a sharded model's states are gathered first, by
+    every rank, so that one process can load it. Returns its path on rank 0."""
+    t = time.monotonic()
+    model_state = optimizer_state = None
+    if is_sharded(model):
+        model_state, optimizer_state = full_states(model, optimizer)
+    path = None
+    if place.main:
+        path = save_checkpoint(run_dir, iteration, model, tokenizer, optimizer, scheduler, state=state, keep=keep,
+                               model_state=model_state, optimizer_state=optimizer_state)
+        print(f"checkpoint {path} in {time.monotonic() - t:.1f} s", flush=True)
+    place.barrier()
+    return path
+
+
+def prepare_policy(spec: str, device: str, train: TrainConfig, place: Distributed, checkpoint: Path | None):
+    """(model, tokenizer) to train: from `checkpoint` (its adapter with LoRA) or the model spec, with gradient
+    checkpointing, LoRA, and FSDP2 shards over the ranks under torchrun with train.fsdp."""
+    source = str(checkpoint / "model") if checkpoint is not None and not train.lora else spec
+    model, tokenizer = load_model(source, device)
+    if train.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
+    model = maybe_lora(model, train.lora)
+    if train.fsdp and place.world > 1:
+        shard_model(model)
+    if checkpoint is not None and train.lora:
+        load_adapter(model, checkpoint)
+    return model, tokenizer

@@ -1,0 +1,143 @@
+"""The trainer's multi-process path: rank 0 scatters one batch, two gloo processes update an FSDP2-sharded tiny model
+with gradient checkpointing, and the gathered checkpoint loads in one process with exactly the weights (1e-5) and
+optimizer state of a single-process update on the same batch. Then `torchrun -m patchgym train` end to end."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+import yaml
+
+from patchgym.rl.config import load_preset
+from patchgym.tasks import write_tasks
+from patchgym.train import synthetic
+from patchgym.train.checkpoint import latest_checkpoint, load_training_state, read_state
+from patchgym.train.config import TrainConfig
+from patchgym.train.distributed import Distributed, prepare_policy, save_run_checkpoint, shard_sequences
+from patchgym.train.metrics import read_metrics
+from patchgym.train.prepare import full_state_dict
+from patchgym.train.update import make_optimizer, policy_update
+
+WORLD = 2
+ALGO = load_preset("grpo++").model_copy(update={"norm_constant": 64.0})
+TRAIN = TrainConfig(fsdp=True, gradient_checkpointing=True, mini_batches=2, micro_token_budget=200)
+
+
+def batch(tokenizer) -> list:
+    """Seven two-turn episodes of the synthetic environment, with varied answers and advantages."""
+    from patchgym.train.batch import sequences_from_trajectories
+
+    answers = ["ready", "hello", "ok", "ready", "no", "yes", "ready"]
+    episodes = [synthetic.scripted(tokenizer, str(i), (answers[i], str((i * 3) % 10))) for i in range(7)]
+    return sequences_from_trajectories(episodes, [1.0, -0.5, 0.3, -1.0, 2.0, 0.0, -0.7])
+
+
+def update(model, sequences, place):
+    optimizer = make_optimizer(model, lr=1e-2, weight_decay=0.1)
+    policy_update(model, optimizer, sequences, ALGO, micro_token_budget=TRAIN.micro_token_budget,
+                  mini_batches=TRAIN.mini_batches, process_group=place.group)
+    return optimizer
+
+
+def worker(rank: int, out: str, port: int) -> None:
+    os.environ.update(WORLD_SIZE=str(WORLD), RANK=str(rank), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+    place = Distributed.from_env("cpu")
+    try:
+        model, tokenizer = prepare_policy("tiny", "cpu", TRAIN, place, None)
+        shards = shard_sequences(batch(tokenizer), TRAIN.mini_batches, WORLD) if place.main else None
+        optimizer = update(model, place.scatter(shards), place)
+        save_run_checkpoint(place, Path(out), 1, model, tokenizer, optimizer, None, state={"iteration": 1}, keep=1)
+    finally:
+        place.close()
+
+
+def test_two_fsdp_processes_checkpoint_what_one_process_computes(tiny, tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(worker, args=(str(tmp_path), port), nprocs=WORLD, join=True)
+
+    one = Distributed()
+    model, tokenizer = prepare_policy("tiny", "cpu", TRAIN, one, None)
+    optimizer = update(model, batch(tokenizer), one)
+    expected = full_state_dict(model)
+
+    checkpoint = latest_checkpoint(tmp_path)
+    loaded, _ = prepare_policy("tiny", "cpu", TrainConfig(), one, checkpoint)  # a single process loads it
+    got = full_state_dict(loaded)
+    assert set(got) >= set(expected) - {"lm_head.weight"}
+    moved = 0
+    for name, tensor in expected.items():
+        if name in got:
+            assert torch.allclose(got[name], tensor, atol=1e-5), (name, (got[name] - tensor).abs().max())
+            moved += not torch.equal(tensor, tiny[0].state_dict()[name])
+    assert moved > 0
+    fresh = make_optimizer(loaded, lr=1e-2, weight_decay=0.1)
+    load_training_state(checkpoint, fresh, model=loaded)  # the gathered optimizer state, keyed by name
+    ours = optimizer.state_dict()["state"]
+    theirs = fresh.state_dict()["state"]
+    assert ours.keys() == theirs.keys()
+    for key in ours:
+        assert torch.allclose(ours[key]["exp_avg_sq"], theirs[key]["exp_avg_sq"], atol=1e-8)
+
+
+def test_torchrun_trains_one_iteration_on_two_processes(backend, tiny, tiny_task, tmp_path):
+    if backend != "docker":
+        pytest.skip("the torchrun test runs on the docker backend")
+    tasks = tmp_path / "tasks.jsonl"
+    write_tasks([tiny_task], tasks)
+    config = tmp_path / "train.yaml"
+    config.write_text(yaml.safe_dump({
+        "inference": {"model": "tiny"}, "agent": {"max_steps": 2, "sampling": {"max_new_tokens": 8}},
+        "train": {"tasks": str(tasks), "iterations": 1, "tasks_per_iteration": 1, "samples_per_task": 2,
+                  "lr": 0.01, "weight_decay": 0.1, "fsdp": True, "gradient_checkpointing": True},
+    }))
+    run = tmp_path / "run"
+    torchrun = Path(sys.executable).with_name("torchrun")
+    done = subprocess.run([str(torchrun), "--standalone", "--nproc-per-node", str(WORLD), "-m", "patchgym", "train",
+                           "-c", str(config), "--out", str(run)], env={**os.environ, "OMP_NUM_THREADS": "1"},
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert [m["iteration"] for m in read_metrics(run)] == [1]
+    assert read_metrics(run)[0]["trajectories"] == 2
+    checkpoint = latest_checkpoint(run)
+    assert read_state(checkpoint)["iteration"] == 1
+    from transformers import AutoModelForCausalLM
+
+    weights = AutoModelForCausalLM.from_pretrained(checkpoint / "model").state_dict()
+    base = tiny[0].state_dict()
+    assert any(not torch.equal(base[k], weights[k]) for k in base if k in weights)  # weight decay moved them
+
+
+def gpu_worker(rank: int, out: str, port: int) -> None:
+    os.environ.update(WORLD_SIZE=str(WORLD), RANK=str(rank), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    place = Distributed.from_env("cuda")
+    try:
+        model, tokenizer = prepare_policy("tiny", place.device, TRAIN, place, None)
+        shards = shard_sequences(batch(tokenizer), TRAIN.mini_batches, WORLD) if place.main else None
+        optimizer = update(model, place.scatter(shards), place)
+        save_run_checkpoint(place, Path(out), 1, model, tokenizer, optimizer, None, state={"iteration": 1}, keep=1)
+    finally:
+        place.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices")
+def test_two_gpus_over_nccl_checkpoint_what_one_gpu_computes(tiny, tmp_path):
+    mp.spawn(gpu_worker, args=(str(tmp_path), 29517), nprocs=WORLD, join=True)
+    one = Distributed(device="cuda:0")
+    model, tokenizer = prepare_policy("tiny", "cuda:0", TRAIN, one, None)
+    update(model, batch(tokenizer), one)
+    expected = {k: v.cpu() for k, v in full_state_dict(model).items()}
+    loaded, _ = prepare_policy("tiny", "cpu", TrainConfig(), one, latest_checkpoint(tmp_path))
+    got = full_state_dict(loaded)
+    for name in set(expected) & set(got):
+        assert torch.allclose(got[name], expected[name], atol=1e-5), name
