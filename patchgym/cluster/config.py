@@ -18,3 +18,6 @@ class ClusterConfig(BaseModel):
                                                   "start a private single-node Ray")
     rollout_resource: str | None = Field(None, description="ray: only nodes that advertise this custom resource "
                                                            "get a rollout worker; null = every alive node")
+    trainer_resource: str | None = Field(None, description="ray: the trainer worker (the policy, its optimizer) goes "
+                                                           "on a node with this custom resource, with a GPU of its "
+                                                           "own; null = the driver's node, beside the engine actor")

@@ -33,11 +33,13 @@ def checkpoints_dir(run_dir: str | Path) -> Path:
 
 def save_checkpoint(run_dir: str | Path, iteration: int, model, tokenizer, optimizer=None, scheduler=None, *,
                     state: dict[str, Any], keep: int = 2, model_state: dict | None = None,
-                    optimizer_state: dict | None = None) -> Path:
+                    optimizer_state: dict | None = None, rng: dict | None = None) -> Path:
     """Write RUN/checkpoints/iter-`iteration` atomically, then delete all but the newest `keep` checkpoints.
 
     `model_state` and `optimizer_state`, when given, are written instead of the model's and optimizer's own: the
-    gathered states of a sharded (FSDP2) model, so that one process can load the checkpoint."""
+    gathered states of a sharded (FSDP2) model, so that one process can load the checkpoint. `rng` entries replace
+    this process's random states: those another process draws from (a Ray run's driver shuffles the batches, its
+    TrainerWorker, which saves, holds the torch ones)."""
     root = checkpoints_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
     for stale in root.glob(".tmp-*"):  # left by a crash mid-save
@@ -48,7 +50,7 @@ def save_checkpoint(run_dir: str | Path, iteration: int, model, tokenizer, optim
         optimizer_state = optimizer.state_dict()
     torch.save({"optimizer": optimizer_state,
                 "scheduler": scheduler.state_dict() if scheduler is not None else None}, tmp / "optimizer.pt")
-    torch.save(_rng_state(), tmp / "rng.pt")
+    torch.save({**_rng_state(), **(rng or {})}, tmp / "rng.pt")
     (tmp / "state.json").write_text(json.dumps({"iteration": iteration, **state}, indent=1))
     _fsync_tree(tmp)
     final = root / f"iter-{iteration}"

@@ -108,9 +108,9 @@ def full_states(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dic
 
 
 def save_run_checkpoint(place: Distributed, run_dir: Path, iteration: int, model: nn.Module, tokenizer, optimizer,
-                        scheduler, *, state: dict, keep: int) -> Path | None:
-    """Rank 0 writes the checkpoint (checkpoint.save_checkpoint); a sharded model's states are gathered first, by
-    every rank, so that one process can load it. Returns its path on rank 0."""
+                        scheduler, *, state: dict, keep: int, rng: dict | None = None) -> Path | None:
+    """Rank 0 writes the checkpoint (checkpoint.save_checkpoint, with `rng`); a sharded model's states are gathered
+    first, by every rank, so that one process can load it. Returns its path on rank 0."""
     t = time.monotonic()
     model_state = optimizer_state = None
     if is_sharded(model):
@@ -118,7 +118,7 @@ def save_run_checkpoint(place: Distributed, run_dir: Path, iteration: int, model
     path = None
     if place.main:
         path = save_checkpoint(run_dir, iteration, model, tokenizer, optimizer, scheduler, state=state, keep=keep,
-                               model_state=model_state, optimizer_state=optimizer_state)
+                               model_state=model_state, optimizer_state=optimizer_state, rng=rng)
         print(f"checkpoint {path} in {time.monotonic() - t:.1f} s", flush=True)
     place.barrier()
     return path

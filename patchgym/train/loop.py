@@ -9,10 +9,10 @@ draws the same tasks, and its rollout engine skips what iter-N/trajectories.json
 rollout.max_staleness = S > 0, rollouts of S later iterations run during training (async_rollouts.py); a checkpoint
 after N keeps the task stream as after N's draws, so a resumed N+1.. draws the same tasks and reuses what their
 directories hold (sampled by older versions, as recorded: staleness stays <= S). Under torchrun, rank 0 runs the
-rollouts and every rank trains (distributed.py).
+rollouts and every rank trains (distributed.py). With cluster.backend=ray the policy is trained in a TrainerWorker
+actor (patchgym.cluster.ray_trainer) behind the same calls as the in-process one (patchgym.train.policy).
 """
 
-import contextlib
 import random
 import time
 from pathlib import Path
@@ -24,20 +24,18 @@ from patchgym.agent.config import AgentConfig
 from patchgym.agent.trajectory import Trajectory
 from patchgym.cluster import make_engine, make_rollouts
 from patchgym.config import Config, dump_config
-from patchgym.inference.models import load_model
 from patchgym.rl.config import AlgorithmConfig
 from patchgym.rl.shaping import dynamic_sampling, groups_still_needed
 from patchgym.rollout import ModelAgent
 from patchgym.tasks import Task, TaskError, read_tasks
 from patchgym.train.async_rollouts import (PolicyVersions, RolloutBatch, RolloutPipeline, VersionedAgent,
                                            staleness_stats)
-from patchgym.train.checkpoint import latest_checkpoint, load_training_state
-from patchgym.train.distributed import (Distributed, is_sharded, prepare_policy, save_run_checkpoint,
-                                        shard_sequences)
+from patchgym.train.checkpoint import latest_checkpoint
+from patchgym.train.distributed import Distributed, shard_sequences
 from patchgym.train.metrics import MetricsLog, advantage_stats, reward_stats, rollout_stats, update_metrics
 from patchgym.train.schedule import LoopState, draw_tasks, enter_stage, record_outcomes, stage_of
 from patchgym.train.selection import group_of, select_training_batch, to_sample
-from patchgym.train.update import full_state_dict, make_optimizer, make_scheduler, policy_update
+from patchgym.train.policy import LocalPolicy
 
 __all__ = ["Trainer", "TrainError", "console", "group_of", "select_training_batch", "to_sample"]
 
@@ -49,7 +47,7 @@ class TrainError(ValueError):
 
 
 class Trainer:
-    """Owns the trainer's model (a copy separate from the engine's), its optimizer, the engine and the loop state."""
+    """Owns the policy being trained (patchgym.train.policy), the engine and the loop state."""
 
     def __init__(self, config: Config, out: str | Path | None = None, *, progress: bool = True):
         self.config, self.train, self.algo = config, config.train, config.algorithm
@@ -60,7 +58,7 @@ class Trainer:
     def run(self, resume: bool = False) -> Path:
         """Train until train.iterations; with `resume`, continue the run in `out` from its latest checkpoint."""
         self.dist = Distributed.from_env(str(self.config.inference.device))
-        self.engine = self.pipeline = metrics = None
+        self.engine = self.pipeline = self.policy = self.versions = metrics = None
         try:
             self.out = self.dist.share(self.out)  # the default name has the time in it
             self.tasks = self._read_tasks()
@@ -79,7 +77,7 @@ class Trainer:
                 if state.iteration % self.train.checkpoint_every == 0 or state.iteration == self.train.iterations:
                     self._checkpoint(state)
         finally:
-            for part in (self.pipeline, metrics, self.engine):
+            for part in (self.pipeline, metrics, self.policy, self.engine):
                 if part is not None:
                     part.close()
             self.dist.close()
@@ -104,26 +102,19 @@ class Trainer:
         _, algo, _ = self._stage_settings(state.stage)
 
         t = time.monotonic()
-        with self._autocast():
-            update = policy_update(self.model, self.optimizer, mine, algo,
-                                   micro_token_budget=self.train.micro_token_budget,
-                                   mini_batches=self.train.mini_batches, max_grad_norm=self.train.max_grad_norm,
-                                   scheduler=self.scheduler, process_group=self.dist.group, ref_model=self.ref_model)
+        update = self.policy.update(mine, algo)
         training_s = time.monotonic() - t
         state.optimizer_steps += self.train.mini_batches
 
         t = time.monotonic()
-        if self.dist.main or is_sharded(self.model):  # gathering the shards takes every rank
-            weights = full_state_dict(self.model)
-        if self.dist.main:  # waits for the generations in flight: each runs on one policy version
-            self.versions.swap(lambda: self.engine.load_weights(weights))
+        self.policy.sync(self.engine, self.versions)  # waits for the generations in flight: one version each
         sync_s = time.monotonic() - t
         state.iteration = n
         if not self.dist.main:
             return {}
         record = {
             "iteration": n, "stage": state.stage, "optimizer_steps": state.optimizer_steps,
-            "lr": self.scheduler.get_last_lr()[0], "rounds": rollouts.rounds, **rollout_stats(rollouts.trajectories),
+            "lr": self.policy.lr(), "rounds": rollouts.rounds, **rollout_stats(rollouts.trajectories),
             **reward_stats(rewards), **advantage_stats(advantages), "trained_trajectories": len(sequences),
             "rollout_tokens_per_s": rollouts.sampled_tokens / max(rollouts.seconds, 1e-9),
             "filters": {**rollouts.filters, **({"curriculum": rollouts.curriculum} if rollouts.curriculum else {})},
@@ -241,6 +232,9 @@ class Trainer:
         if self.staleness and algo.tis_cap is None:
             raise TrainError("rollout.max_staleness > 0 needs algorithm.tis_cap: stale samples come from an older "
                              "policy, which truncated importance sampling corrects for")
+        if self.config.cluster.backend == "ray" and self.dist.world > 1:
+            raise TrainError("cluster.backend=ray trains in one TrainerWorker actor: run it without torchrun "
+                             "(WORLD_SIZE 1), so train.fsdp has nothing to shard; or use cluster.backend=local")
         if train.fsdp and train.lora is not None and self.dist.world > 1:
             raise TrainError("train.fsdp with train.lora is not supported: shard full fine-tuning only")
         if train.bf16 and not str(self.config.inference.device).startswith("cuda"):
@@ -264,38 +258,38 @@ class Trainer:
         return found
 
     def _setup(self, checkpoint: Path | None) -> LoopState:
-        """The trainer's model (sharded under torchrun with train.fsdp), optimizer, scheduler, reference model and
-        (on rank 0) the engine, and the loop state."""
-        spec, device = self.config.inference.model, self.dist.device
-        self.model, self.tokenizer = prepare_policy(spec, device, self.train, self.dist, checkpoint)
-        self.optimizer = make_optimizer(self.model, self.train.lr, self.train.weight_decay, self.train.betas)
-        self.scheduler = make_scheduler(self.optimizer, self.train.warmup_steps,
-                                        self.train.iterations * self.train.mini_batches, self.train.lr_schedule)
-        self.ref_model = load_model(spec, device)[0].requires_grad_(False) if self.algo.kl_coef > 0 else None
+        """The policy (here, sharded under torchrun with train.fsdp, or in a Ray actor), (on rank 0) the engine with
+        its weights, and the loop state."""
+        if self.config.cluster.backend == "ray":
+            from patchgym.cluster.ray_trainer import RayPolicy
+
+            self.engine = make_engine(self.config)  # connects to the cluster, which the trainer worker joins
+            try:
+                self.policy = RayPolicy(self.config, checkpoint)
+            except ValueError as exc:  # no node for it: a setting to fix, not a crash
+                raise TrainError(str(exc)) from None
+        else:
+            self.policy = LocalPolicy(self.config, self.dist, checkpoint)
         if checkpoint is None:
             random.seed(self.config.seed)
             torch.manual_seed(self.config.seed)
             state = LoopState(pool=list(self.tasks))
         else:
-            saved = load_training_state(checkpoint, self.optimizer, self.scheduler, model=self.model)
-            state = LoopState.from_dict(saved)
+            state = LoopState.from_dict(self.policy.restore(checkpoint))
             missing = [t for t in state.pool if t not in self.tasks]
             if missing:
                 raise TrainError(f"train.tasks: '{self.train.tasks}' lacks {len(missing)} tasks of the run being "
                                  f"resumed, e.g. {missing[0]}")
             if self.dist.main:
                 console.print(f"resuming {self.out} after iteration {state.iteration} ({checkpoint})", soft_wrap=True)
-        weights = full_state_dict(self.model) if self.dist.main or is_sharded(self.model) else None
-        if self.dist.main:
+        if self.dist.main and self.engine is None:
             self.engine = make_engine(self.config)
-            self.engine.load_weights(weights)
+        self.policy.sync(self.engine)
         return state
 
     def _checkpoint(self, state: LoopState) -> Path | None:
-        return save_run_checkpoint(self.dist, self.out, state.iteration, self.model, self.tokenizer, self.optimizer,
-                                   self.scheduler, state=state.to_dict(), keep=self.train.keep_checkpoints)
+        return self.policy.save(self.out, state.iteration, state.to_dict(), self.train.keep_checkpoints)
 
-    def _autocast(self):
-        if self.train.bf16:
-            return torch.autocast("cuda", dtype=torch.bfloat16)
-        return contextlib.nullcontext()
+    # The in-process policy's parts, for tools and tests that read them (a Ray run's live in its TrainerWorker).
+    model = property(lambda self: self.policy.model)
+    tokenizer = property(lambda self: self.policy.tokenizer)

@@ -1,0 +1,77 @@
+"""The policy being trained, behind the few calls the Trainer makes: build it (from the model spec or a checkpoint),
+restore its optimizer state, take K optimizer steps, push its weights into the engine, and save a checkpoint.
+
+`LocalPolicy` trains in this process (under torchrun every rank holds one: a full copy, or its FSDP2 shards with
+train.fsdp). With cluster.backend=ray the Trainer holds a `patchgym.cluster.ray_trainer.RayPolicy` instead, the same
+calls over a TrainerWorker actor (which is a LocalPolicy in a process of its own), so the loop reads the same either
+way.
+"""
+
+import contextlib
+from pathlib import Path
+
+import torch
+
+from patchgym.config import Config
+from patchgym.inference.models import load_model
+from patchgym.rl.config import AlgorithmConfig
+from patchgym.train.async_rollouts import PolicyVersions
+from patchgym.train.batch import TrainSequence
+from patchgym.train.checkpoint import load_training_state
+from patchgym.train.distributed import Distributed, is_sharded, prepare_policy, save_run_checkpoint
+from patchgym.train.update import full_state_dict, make_optimizer, make_scheduler, policy_update
+
+
+class LocalPolicy:
+    """The model (a copy separate from the engine's), its optimizer and LR schedule, and the reference model when
+    the algorithm's KL needs one; from `checkpoint`'s weights when given (restore() then loads the rest)."""
+
+    def __init__(self, config: Config, place: Distributed, checkpoint: Path | None = None):
+        train, spec = config.train, config.inference.model
+        self.train, self.place = train, place
+        self.model, self.tokenizer = prepare_policy(spec, place.device, train, place, checkpoint)
+        self.optimizer = make_optimizer(self.model, train.lr, train.weight_decay, train.betas)
+        self.scheduler = make_scheduler(self.optimizer, train.warmup_steps, train.iterations * train.mini_batches,
+                                        train.lr_schedule)
+        kl = config.algorithm.kl_coef > 0
+        self.ref_model = load_model(spec, place.device)[0].requires_grad_(False) if kl else None
+
+    def restore(self, checkpoint: Path) -> dict:
+        """Optimizer, scheduler and random states from `checkpoint`; its loop state."""
+        return load_training_state(checkpoint, self.optimizer, self.scheduler, model=self.model)
+
+    def update(self, sequences: list[TrainSequence], algo: AlgorithmConfig) -> dict[str, float]:
+        """K = train.mini_batches optimizer steps on `sequences` (this rank's shard under torchrun); its metrics."""
+        with self._autocast():
+            return policy_update(self.model, self.optimizer, sequences, algo,
+                                 micro_token_budget=self.train.micro_token_budget,
+                                 mini_batches=self.train.mini_batches, max_grad_norm=self.train.max_grad_norm,
+                                 scheduler=self.scheduler, process_group=self.place.group, ref_model=self.ref_model)
+
+    def lr(self) -> float:
+        return self.scheduler.get_last_lr()[0]
+
+    def sync(self, engine, versions: PolicyVersions | None = None) -> None:
+        """Push the weights into `engine` (rank 0's; the other ranks pass None and only help gather the shards),
+        through `versions`' swap when given: it waits for the generations in flight, each runs on one version."""
+        if self.place.main or is_sharded(self.model):  # gathering the shards takes every rank
+            weights = full_state_dict(self.model)
+        if not self.place.main:
+            return
+        if versions is None:
+            engine.load_weights(weights)
+        else:
+            versions.swap(lambda: engine.load_weights(weights))
+
+    def save(self, run_dir: Path, iteration: int, state: dict, keep: int, *, rng: dict | None = None) -> Path | None:
+        """RUN/checkpoints/iter-N (checkpoint.save_checkpoint's layout), written by rank 0; its path there."""
+        return save_run_checkpoint(self.place, Path(run_dir), iteration, self.model, self.tokenizer, self.optimizer,
+                                   self.scheduler, state=state, keep=keep, rng=rng)
+
+    def close(self) -> None:
+        pass  # nothing held beyond this process's memory
+
+    def _autocast(self):
+        if self.train.bf16:
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
