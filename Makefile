@@ -42,6 +42,7 @@ bench: image k8s
 	$(BIN)/python bench/rollout.py
 	$(BIN)/python bench/vllm.py
 	$(BIN)/python bench/kube_exec.py
+	$(BIN)/python bench/async.py
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

@@ -18,21 +18,9 @@ import torch
 from patchgym.inference.base import SamplingParams
 from patchgym.inference.hf import HFEngine
 
-from report import print_result  # bench/report.py, beside this script
+from report import QUESTIONS, print_result  # bench/report.py, beside this script
 
 TARGET = 3.0
-QUESTIONS = [
-    "What is the capital of France?",
-    "Write a Python function that reverses a string.",
-    "Explain what a unit test is.",
-    "How do I undo the last git commit?",
-    "What does HTTP status 404 mean?",
-    "Name three sorting algorithms.",
-    "What is a race condition?",
-    "Why is the sky blue?",
-]
-
-
 def timed(run) -> tuple[float, int]:
     start = time.perf_counter()
     generations = run()

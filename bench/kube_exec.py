@@ -13,22 +13,12 @@ import sys
 import time
 from pathlib import Path
 
-from report import print_result  # bench/report.py, beside this script
+from report import median_ms, print_result  # bench/report.py, beside this script
 
 from patchgym.sandbox import SandboxConfig, images, open_sandbox
 from patchgym.sandbox.kubernetes import CONTAINER, core_api
 
 CLUSTER = Path(__file__).resolve().parents[1] / "scripts" / "k8s-cluster.sh"
-
-
-def median_ms(fn, n: int) -> float:
-    fn()  # warm-up
-    samples = []
-    for _ in range(n):
-        start = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - start) * 1000)
-    return statistics.median(samples)
 
 
 def measure(quick: bool) -> dict[str, float]:

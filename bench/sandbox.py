@@ -19,6 +19,8 @@ from patchgym.sandbox import SandboxConfig, images, open_sandbox
 from patchgym.sandbox.docker import docker_client
 from patchgym.sandbox.pool import SandboxPool
 
+from report import median_ms  # bench/report.py, beside this script
+
 TARGETS = {  # key: (comparison, bound)
     "docker_exec_ratio": ("<=", 0.25),
     "local_exec_ratio": ("<=", 2.0),
@@ -27,16 +29,6 @@ TARGETS = {  # key: (comparison, bound)
     "local_concurrent_speedup": (">=", 3.0),
 }
 CONCURRENCY = 16
-
-
-def median_ms(fn, n: int) -> float:
-    fn()  # warm-up
-    samples = []
-    for _ in range(n):
-        start = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - start) * 1000)
-    return statistics.median(samples)
 
 
 def throughput(workers: list, per_worker: int) -> float:

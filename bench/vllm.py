@@ -21,19 +21,7 @@ from patchgym.inference.hf import HFEngine
 from patchgym.inference.models import load_model
 from patchgym.inference.vllm_engine import VLLMEngine
 
-from report import print_result  # bench/report.py, beside this script
-
-QUESTIONS = [
-    "What is the capital of France?",
-    "Write a Python function that reverses a string.",
-    "Explain what a unit test is.",
-    "How do I undo the last git commit?",
-    "What does HTTP status 404 mean?",
-    "Name three sorting algorithms.",
-    "What is a race condition?",
-    "Why is the sky blue?",
-]
-
+from report import QUESTIONS, print_result  # bench/report.py, beside this script
 
 def throughput(engine, jobs, concurrent: bool) -> float:
     start = time.perf_counter()
