@@ -14,10 +14,6 @@ def make_rollouts(config, agent, *, run_dir: str | Path, progress: bool = True):
     that pickles: the RemoteEngine that `make_engine` returns for that backend."""
     if config.cluster.backend == "local":
         return RolloutEngine(agent, config.sandbox, config.rollout, run_dir=run_dir, progress=progress)
-    if config.rollout.max_staleness > 0:
-        # Workers get a snapshot of the agent: its policy-version gate cannot hold their generations back while the
-        # trainer pushes weights, so rollouts running ahead would be stamped with wrong versions.
-        raise ValueError("rollout.max_staleness > 0 is not supported with cluster.backend=ray yet: set it to 0")
     from patchgym.cluster.ray_rollouts import RayRolloutEngine
 
     return RayRolloutEngine(agent, config.sandbox, config.rollout, cluster=config.cluster, run_dir=run_dir,

@@ -26,7 +26,7 @@ from patchgym.cluster.config import ClusterConfig
 from patchgym.cluster.ray_engine import ACTOR_ENV, connect, on_node
 from patchgym.rollout import RolloutConfig, RolloutEngine
 from patchgym.rollout.agents import Agent
-from patchgym.rollout.engine import RolloutStats, trajectory_id
+from patchgym.rollout.engine import RolloutStats
 from patchgym.sandbox import SandboxConfig, lifecycle
 from patchgym.sandbox.pool import PoolSet
 from patchgym.tasks import Task
@@ -111,14 +111,8 @@ class RayRolloutEngine(RolloutEngine):
 
     def run(self, tasks: list[Task], samples: int = 1, *, prefix: str = "") -> list[Trajectory]:
         """Every task `samples` times; returns the trajectories (resumed ones included) in task, sample order."""
-        jobs = {trajectory_id(t, s, prefix): (t, s) for t in tasks for s in range(samples)}
-        if len(jobs) != len(tasks) * samples:
-            raise ValueError("task ids must be unique within a rollout")
-        finished = self.store.finished()
-        todo = collections.deque(k for k in jobs if k not in finished)
-        self.stats = ClusterStats(total=len(jobs), resumed=len(jobs) - len(todo))
-        for key in jobs.keys() & finished.keys():
-            self._count(finished[key])
+        jobs, pending = self._pending(tasks, samples, prefix, ClusterStats)
+        todo = collections.deque(key for key, _, _ in pending)
         if todo:
             connect(self.cluster)
             workers = self._start_workers()
@@ -130,8 +124,7 @@ class RayRolloutEngine(RolloutEngine):
                     self._dispatch(todo, jobs, workers)
             finally:
                 self._stop_workers(workers)
-        records = {t.trajectory_id or t.task_id: t for t in self.store.records()}
-        return [records[k] for k in jobs]
+        return self._in_order(jobs)
 
     async def arun(self, tasks: list[Task], samples: int = 1, *, prefix: str = "") -> list[Trajectory]:
         return await asyncio.to_thread(self.run, tasks, samples, prefix=prefix)

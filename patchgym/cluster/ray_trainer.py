@@ -39,12 +39,8 @@ class TrainerWorker(LocalPolicy):
         if checkpoint is None:  # resuming takes the random states from the checkpoint instead (restore)
             torch.manual_seed(config.seed)
 
-    def push_weights(self, engine: RemoteEngine) -> None:
-        """Load this policy's weights into the engine actor (from this node to the engine's, not via the driver)."""
-        engine.load_weights(full_state_dict(self.model))
-
     def state_dict(self) -> dict[str, torch.Tensor]:
-        return {k: v.detach().cpu() for k, v in full_state_dict(self.model).items()}
+        return {k: v.cpu() for k, v in full_state_dict(self.model).items()}
 
     def node(self) -> str:
         return ray.get_runtime_context().get_node_id()
@@ -92,9 +88,9 @@ class RayPolicy:
 
     def sync(self, engine: RemoteEngine, versions: PolicyVersions | None = None) -> None:
         if versions is None:
-            ray.get(self.worker.push_weights.remote(engine))
+            ray.get(self.worker.sync.remote(engine))  # from the worker's node to the engine's, not via here
         else:
-            versions.swap(lambda: ray.get(self.worker.push_weights.remote(engine)))
+            versions.swap(lambda: ray.get(self.worker.sync.remote(engine)))
 
     def save(self, run_dir: Path, iteration: int, state: dict, keep: int) -> Path:
         """The worker writes the checkpoint, with this process's python random state (the batch shuffles)."""

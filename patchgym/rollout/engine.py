@@ -76,14 +76,7 @@ class RolloutEngine:
         return asyncio.run(self.arun(tasks, samples, prefix=prefix))
 
     async def arun(self, tasks: list[Task], samples: int = 1, *, prefix: str = "") -> list[Trajectory]:
-        keys = {trajectory_id(t, s, prefix): (t, s) for t in tasks for s in range(samples)}
-        if len(keys) != len(tasks) * samples:
-            raise ValueError("task ids must be unique within a rollout")
-        finished = self.store.finished()
-        todo = [(k, t, s) for k, (t, s) in keys.items() if k not in finished]
-        self.stats = RolloutStats(total=len(keys), resumed=len(keys) - len(todo))
-        for key in keys.keys() & finished.keys():
-            self._count(finished[key])
+        keys, todo = self._pending(tasks, samples, prefix, RolloutStats)
         self._sandbox_slots = asyncio.Semaphore(self.config.max_sandboxes)
         self._generation_slots = asyncio.Semaphore(self.config.max_generations)
         pools = PoolSet(self.sandbox)
@@ -98,6 +91,24 @@ class RolloutEngine:
                 await asyncio.to_thread(pools.close)
                 with contextlib.suppress(OSError):
                     (self.run_dir / "partial").rmdir()  # only when empty: what is left there was cut short
+        return self._in_order(keys)
+
+    def _pending(self, tasks: list[Task], samples: int, prefix: str,
+                 stats: type[RolloutStats]) -> tuple[dict[str, tuple[Task, int]], list[tuple[str, Task, int]]]:
+        """(every trajectory id -> (task, sample), the ones the store does not hold yet); fresh `stats` that
+        already count the recorded ones."""
+        keys = {trajectory_id(t, s, prefix): (t, s) for t in tasks for s in range(samples)}
+        if len(keys) != len(tasks) * samples:
+            raise ValueError("task ids must be unique within a rollout")
+        finished = self.store.finished()
+        todo = [(k, t, s) for k, (t, s) in keys.items() if k not in finished]
+        self.stats = stats(total=len(keys), resumed=len(keys) - len(todo))
+        for key in keys.keys() & finished.keys():
+            self._count(finished[key])
+        return keys, todo
+
+    def _in_order(self, keys) -> list[Trajectory]:
+        """The recorded trajectories of `keys`, in that order."""
         records = {t.trajectory_id or t.task_id: t for t in self.store.records()}
         return [records[k] for k in keys]
 

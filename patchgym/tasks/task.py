@@ -1,6 +1,5 @@
 """The task record: a superset of SWE-bench v5 rows, plus the task factory's fields; JSONL in and out."""
 
-import json
 import os
 from collections.abc import Iterable
 from pathlib import Path

@@ -65,26 +65,22 @@ class PolicyVersions:
         with self._lock:
             self._active -= 1
 
-    def swap(self, load: Callable[[], Any]) -> float:
-        """Run `load` (push the new weights) once no generation is in flight, then bump the version; the seconds
-        spent waiting for in-flight generations to finish."""
+    def swap(self, load: Callable[[], Any]) -> None:
+        """Run `load` (push the new weights) once no generation is in flight, then bump the version."""
         with self._lock:
             self._paused = True
-        began = time.monotonic()
         try:
             while True:
                 with self._lock:
                     if self._active == 0:
                         break
                 time.sleep(0.005)
-            waited = time.monotonic() - began
             load()
             with self._lock:
                 self.version += 1
         finally:
             with self._lock:
                 self._paused = False
-        return waited
 
     def stop(self) -> None:
         with self._lock:

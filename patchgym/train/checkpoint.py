@@ -91,11 +91,12 @@ def load_training_state(checkpoint: str | Path, optimizer=None, scheduler=None, 
     """Restore optimizer, scheduler and random states from `checkpoint`; return its loop state. An optimizer state
     saved by a sharded run (keyed by parameter name) needs the `model`."""
     checkpoint = Path(checkpoint)
-    saved = torch.load(checkpoint / "optimizer.pt", map_location="cpu", weights_only=False)
-    if optimizer is not None and saved["optimizer"] is not None:
-        load_optimizer_state(model, optimizer, saved["optimizer"])
-    if scheduler is not None and saved["scheduler"] is not None:
-        scheduler.load_state_dict(saved["scheduler"])
+    if optimizer is not None or scheduler is not None:  # it can be as large as the model twice over
+        saved = torch.load(checkpoint / "optimizer.pt", map_location="cpu", weights_only=False)
+        if optimizer is not None and saved["optimizer"] is not None:
+            load_optimizer_state(model, optimizer, saved["optimizer"])
+        if scheduler is not None and saved["scheduler"] is not None:
+            scheduler.load_state_dict(saved["scheduler"])
     _set_rng_state(torch.load(checkpoint / "rng.pt", weights_only=False))
     return read_state(checkpoint)
 

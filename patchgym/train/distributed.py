@@ -18,7 +18,8 @@ from patchgym.inference.models import load_model
 from patchgym.train.batch import TrainSequence
 from patchgym.train.checkpoint import load_adapter, save_checkpoint
 from patchgym.train.config import TrainConfig
-from patchgym.train.update import enable_gradient_checkpointing, maybe_lora, shard_model, split_mini_batches
+from patchgym.train.update import (enable_gradient_checkpointing, is_sharded, maybe_lora, shard_model,
+                                   split_mini_batches)
 
 
 @dataclass
@@ -92,19 +93,12 @@ def shard_sequences(sequences: list[TrainSequence], mini_batches: int, world: in
     return shards
 
 
-def is_sharded(model: nn.Module) -> bool:
-    from torch.distributed.fsdp import FSDPModule
-
-    return isinstance(model, FSDPModule)
-
-
 def full_states(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
     """(model, optimizer) state dicts of a sharded model, gathered whole on CPU (every rank must call it; only rank 0
     gets them back). The optimizer's is keyed by parameter name (checkpoint.load_optimizer_state reads it)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
     return get_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-
 
 
 def save_run_checkpoint(place: Distributed, run_dir: Path, iteration: int, model: nn.Module, tokenizer, optimizer,

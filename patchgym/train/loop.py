@@ -139,7 +139,6 @@ class Trainer:
         collected = self._collect(draws, n, agent_config, algo)
         return RolloutBatch(*collected, draws.drawn, curriculum, time.monotonic() - began)
 
-
     def _collect(self, state: LoopState, n: int, agent_config: AgentConfig, algo: AlgorithmConfig):
         """Rollouts of this iteration: (all trajectories, the batch to train on, rounds, filter counts, tokens
         sampled here). With dynamic sampling, more tasks are drawn until tasks_per_iteration groups have
@@ -169,7 +168,6 @@ class Trainer:
         batch_groups = set(list(kept_groups)[:want])
         batch = [x for x in everything if group_of(x) in batch_groups]
         return everything, batch, rounds, {"dynamic_sampling": counts}, sampled_tokens
-
 
     def _maybe_enter_stage(self, state: LoopState, n: int) -> dict[str, int]:
         if not self.algo.stages:
@@ -232,6 +230,10 @@ class Trainer:
         if self.staleness and algo.tis_cap is None:
             raise TrainError("rollout.max_staleness > 0 needs algorithm.tis_cap: stale samples come from an older "
                              "policy, which truncated importance sampling corrects for")
+        if self.config.cluster.backend == "ray" and self.staleness:
+            # Workers get a snapshot of the agent: its policy-version gate cannot hold their generations back while
+            # the trainer pushes weights, so rollouts running ahead would be stamped with wrong versions.
+            raise TrainError("rollout.max_staleness > 0 is not supported with cluster.backend=ray yet: set it to 0")
         if self.config.cluster.backend == "ray" and self.dist.world > 1:
             raise TrainError("cluster.backend=ray trains in one TrainerWorker actor: run it without torchrun "
                              "(WORLD_SIZE 1), so train.fsdp has nothing to shard; or use cluster.backend=local")

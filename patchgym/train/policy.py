@@ -18,8 +18,9 @@ from patchgym.rl.config import AlgorithmConfig
 from patchgym.train.async_rollouts import PolicyVersions
 from patchgym.train.batch import TrainSequence
 from patchgym.train.checkpoint import load_training_state
-from patchgym.train.distributed import Distributed, is_sharded, prepare_policy, save_run_checkpoint
-from patchgym.train.update import full_state_dict, make_optimizer, make_scheduler, policy_update
+from patchgym.train.distributed import Distributed, prepare_policy, save_run_checkpoint
+from patchgym.train.update import (full_state_dict, is_sharded, make_optimizer, make_scheduler,
+                                   policy_update)
 
 
 class LocalPolicy:

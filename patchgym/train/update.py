@@ -256,7 +256,7 @@ def _plan(model: nn.Module, sequences: Sequence[TrainSequence], micro_token_budg
     """The micro-batches of `sequences`; under FSDP, padded with empty ones to the most any rank has, because every
     forward and backward pass of a sharded model is a collective that all ranks must join."""
     groups = pack_micro_batches(sequences, micro_token_budget)
-    if process_group is not None and _is_fsdp(model):
+    if process_group is not None and is_sharded(model):
         most = torch.tensor([len(groups)], device=_device(model))
         dist.all_reduce(most, op=dist.ReduceOp.MAX, group=process_group)
         groups += [[] for _ in range(int(most) - len(groups))]
@@ -279,7 +279,7 @@ def _reference_logprobs(ref_model: nn.Module, batch: dict[str, Tensor]) -> Tenso
 def _step(model: nn.Module, optimizer, scheduler, max_grad_norm: float | None, process_group) -> float:
     """Sum gradients over ranks, clip, step the optimizer and scheduler, clear the gradients; the pre-clip norm."""
     params = [p for p in model.parameters() if p.requires_grad]
-    if process_group is not None and not _is_fsdp(model):
+    if process_group is not None and not is_sharded(model):
         _all_reduce_gradients(params, process_group)
     norm = torch.nn.utils.clip_grad_norm_(params, math.inf if max_grad_norm is None else max_grad_norm)
     norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
@@ -301,7 +301,8 @@ def _all_reduce_gradients(params: list[nn.Parameter], process_group) -> None:
         offset += g.numel()
 
 
-def _is_fsdp(model: nn.Module) -> bool:
+def is_sharded(model: nn.Module) -> bool:
+    """Whether `model` is FSDP2-sharded (`fully_shard`)."""
     from torch.distributed.fsdp import FSDPModule
 
     return isinstance(model, FSDPModule)

@@ -94,7 +94,7 @@ def test_a_trainer_worker_on_another_node_trains_and_feeds_the_engine(ray_cluste
     engine = make_engine(config)  # the engine actor, on this (the head) node
     worker = start_trainer_worker(config, elsewhere)
     try:
-        ray.get(worker.push_weights.remote(engine))
+        ray.get(worker.sync.remote(engine))
         initial = ray.get(worker.state_dict.remote())
         assert all(torch.equal(v, initial[k]) for k, v in ray.get(engine.actor.state_dict.remote()).items())
         rollouts = make_rollouts(config, ModelAgent(engine, config.agent, model="tiny"), run_dir=tmp_path,
@@ -104,7 +104,7 @@ def test_a_trainer_worker_on_another_node_trains_and_feeds_the_engine(ray_cluste
         assert len(sequences) == 2
         update = ray.get(worker.update.remote(sequences, config.algorithm))
         assert update["steps"] == 1 and update["tokens"] == sum(sum(s.loss_mask) for s in sequences)
-        ray.get(worker.push_weights.remote(engine))
+        ray.get(worker.sync.remote(engine))
         trained, served = ray.get(worker.state_dict.remote()), ray.get(engine.actor.state_dict.remote())
         assert all(torch.equal(served[k], v) for k, v in trained.items())
         assert any(not torch.equal(initial[k], v) for k, v in trained.items())  # the step moved the policy
