@@ -21,6 +21,8 @@ from patchgym.inference.hf import HFEngine
 from report import QUESTIONS, print_result  # bench/report.py, beside this script
 
 TARGET = 3.0
+
+
 def timed(run) -> tuple[float, int]:
     start = time.perf_counter()
     generations = run()

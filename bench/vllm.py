@@ -23,6 +23,7 @@ from patchgym.inference.vllm_engine import VLLMEngine
 
 from report import QUESTIONS, print_result  # bench/report.py, beside this script
 
+
 def throughput(engine, jobs, concurrent: bool) -> float:
     start = time.perf_counter()
     if concurrent:

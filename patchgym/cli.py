@@ -47,7 +47,7 @@ def doctor(files: list[Path] = ConfigFiles, overrides: list[str] = Overrides,
         from patchgym.sandbox.reaper import reap as reap_now
 
         removed = reap_now()
-        console.print(f"reaped {removed.total} leftovers: {removed.containers + removed.directories + removed.cgroups}")
+        console.print(f"reaped {removed.total} leftovers: {removed.names}")
     checks = run_checks(config)
     failed = [c for c in checks if c.required and not c.ok]
     if as_json:

@@ -248,7 +248,7 @@ down() {
 }
 
 
-[ "${1:-}" = build ] || BIN=$(bin_dir)
+case "${1:-}" in build|kubeconfig) ;; *) BIN=$(bin_dir);; esac   # bin_dir asks apt for the version: only when needed
 case "${1:-}" in
   build) build;;
   up) up;;

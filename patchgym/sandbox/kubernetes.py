@@ -18,9 +18,11 @@ from typing import Any
 
 from patchgym.sandbox import images, lifecycle
 from patchgym.sandbox.base import RUNNER_SOURCE, Sandbox
+from patchgym.sandbox.docker import docker_client
 from patchgym.sandbox.errors import SandboxError
 from patchgym.sandbox.kube_channel import KubeExecChannel
 from patchgym.sandbox.kubernetes_config import KubernetesConfig
+from patchgym.sandbox.limits import parse_oom_kill
 
 CONTAINER = "sandbox"
 LABEL_NETWORK_OFF = "patchgym.network-off"
@@ -170,7 +172,7 @@ class KubernetesSandbox(Sandbox):
         # Recipes are built with the local Docker engine: right for a single-node cluster on this machine; on a
         # real cluster give a tag the nodes have (pre-loaded) or can pull.
         if self.image is None or isinstance(self.image, images.ImageRecipe):
-            return images.ensure_docker_image(self.image or images.base_recipe())
+            return images.ensure_docker_image(self.image or images.base_recipe(), client=docker_client())
         return self.image
 
     def _setup_once(self, kcfg: KubernetesConfig) -> None:
@@ -273,11 +275,10 @@ class KubernetesSandbox(Sandbox):
                 text = base64.b64decode(self._request("read", 10, path=path)["data"]).decode()
             except (OSError, SandboxError):
                 continue
-            for line in text.splitlines():
-                key, _, value = line.partition(" ")
-                if key == "oom_kill":
-                    self._oom_files = (path,)  # the one that answers; no misses on later commands
-                    return int(value)
+            if (count := parse_oom_kill(text)) is not None:
+                self._oom_files = (path,)  # the one that answers; no misses on later commands
+                return count
+        self._oom_files = ()  # neither answers: no requests for it on later commands either
         return None
 
     def _diagnose(self) -> str:

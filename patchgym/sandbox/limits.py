@@ -37,10 +37,17 @@ def oom_kill_count(dirs: list[Path]) -> int | None:
                 text = (d / name).read_text()
             except OSError:
                 continue
-            for line in text.splitlines():
-                key, _, value = line.partition(" ")
-                if key == "oom_kill":
-                    return int(value)
+            if (count := parse_oom_kill(text)) is not None:
+                return count
+    return None
+
+
+def parse_oom_kill(text: str) -> int | None:
+    """The `oom_kill` counter in the text of a memory.oom_control (v1) or memory.events (v2) file."""
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "oom_kill":
+            return int(value)
     return None
 
 

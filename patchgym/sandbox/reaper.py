@@ -29,8 +29,12 @@ class Reaped:
     pods: list[str] = field(default_factory=list)
 
     @property
+    def names(self) -> list[str]:
+        return self.containers + self.directories + self.cgroups + self.pods
+
+    @property
     def total(self) -> int:
-        return len(self.containers) + len(self.directories) + len(self.cgroups) + len(self.pods)
+        return len(self.names)
 
 
 def _kubelet_made(container) -> bool:
@@ -119,8 +123,7 @@ def reap(backends: tuple[str, ...] = ("docker", "local", "kubernetes"), everythi
 
 def reapable() -> list[str]:
     """What `reap()` would remove now."""
-    found = reap(dry_run=True)
-    return found.containers + found.directories + found.cgroups + found.pods
+    return reap(dry_run=True).names
 
 
 def reap_once(backend: str) -> None:
