@@ -37,6 +37,8 @@ ALGO = load_preset("grpo++")
 class SlowToolEngine:
     """The engine behind the version gate; after each generation the environment's tool call sleeps `tool_s`."""
 
+    needs_messages = False
+
     def __init__(self, engine: HFEngine, versions: PolicyVersions, tool_s: float):
         self.engine, self.versions, self.tool_s, self.tokenizer = engine, versions, tool_s, engine.tokenizer
 
@@ -59,7 +61,7 @@ def rollouts(engine, samples: int, seed: int):
 
 
 def update(policy, optimizer, trajectories) -> None:
-    rewards = torch.tensor([t.grade["reward"] for t in trajectories])
+    rewards = torch.tensor([t.grade.reward for t in trajectories])
     advantages = compute_advantages("rloo", rewards, [t.task_id for t in trajectories])
     if not advantages.any():  # a batch without signal would skip the whole update: keep the work comparable
         advantages = torch.linspace(-1, 1, len(trajectories))

@@ -179,7 +179,7 @@ def grade(tasks: Path = typer.Option(..., help="tasks JSONL"), instance: str = t
     result = grade_patch(task, text, config.sandbox, timeout=timeout)
     if as_json:
         keys = ("instance_id", "resolved", "tests", "f2p", "p2p", "error", "error_detail", "exit_code", "duration")
-        print(json.dumps({k: result.to_dict()[k] for k in keys}))
+        print(json.dumps(result.model_dump(include=set(keys))))
     else:
         verdict = "[green]RESOLVED[/green]" if result.resolved else f"[red]not resolved[/red] ({result.error or 'tests fail'})"
         console.print(f"{task.instance_id}: {verdict} in {result.duration:.1f} s")

@@ -4,12 +4,13 @@ The token sequence of a trajectory is the concatenation, over turns, of prompt_i
 only completion_ids were sampled (see patchgym.agent.tokens).
 """
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from patchgym.env.grading.grade import Grade
+from patchgym.files import write_atomic
 
 Termination = Literal["submitted", "max_steps", "max_context", "timeout", "format_errors", "infra_error"]
 
@@ -52,7 +53,7 @@ class Trajectory(BaseModel):
     patch: str = ""
     termination: Termination | None = Field(None, description="null only while running (or after a crash)")
     error: str | None = Field(None, description="what went wrong, for infra_error")
-    grade: dict | None = Field(None, description="filled in by whoever grades the patch")
+    grade: Grade | None = Field(None, description="filled in by whoever grades the patch")
     engine: dict = Field(default_factory=dict, description="engine class and model")
     sampling: dict = Field(default_factory=dict)
     started_at: float = Field(0.0, description="unix time")
@@ -66,7 +67,12 @@ class Trajectory(BaseModel):
 
     @property
     def resolved(self) -> bool:
-        return bool(self.grade and self.grade.get("resolved"))
+        return self.grade is not None and self.grade.resolved
+
+    @property
+    def scored(self) -> bool:
+        """False for an infrastructure error: it says nothing about the policy and takes no reward."""
+        return self.termination != "infra_error"
 
     @property
     def sampled_tokens(self) -> int:
@@ -77,20 +83,20 @@ class Trajectory(BaseModel):
         return sum(t.format_error for t in self.turns)
 
     def save_atomic(self, path: str | Path) -> None:
-        """Write the JSON to a temporary file beside `path`, then rename it over `path`: readers never see half."""
+        """Replace `path` with this record atomically (its directory made if needed): readers never see half."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(self.model_dump_json())
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        write_atomic(path, self.model_dump_json())
 
     @classmethod
     def load(cls, path: str | Path) -> "Trajectory":
         return cls.model_validate_json(Path(path).read_text())
+
+
+def reward(trajectory: Trajectory) -> float:
+    """The reward a graded trajectory earns before any shaping: its grade's (1 when it resolved its task, else 0,
+    unless the grader stated its own score); an ungraded one earns 0. An infrastructure error has no reward."""
+    if not trajectory.scored:
+        raise ValueError(f"trajectory {trajectory.trajectory_id or trajectory.task_id} is an infrastructure error: "
+                         "it has no reward and must be left out of what is scored")
+    return 0.0 if trajectory.grade is None else trajectory.grade.reward

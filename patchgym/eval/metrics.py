@@ -7,9 +7,8 @@ Infrastructure errors are excluded from every rate and counted on their own: the
 import math
 from collections import defaultdict
 
-from patchgym.agent.trajectory import Trajectory
-
-GRADING_ERRORS = {"apply", "infra", "no_tests_ran", "timeout"}
+from patchgym.agent.trajectory import Trajectory, reward
+from patchgym.env.grading.grade import GRADING_ERRORS
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -23,7 +22,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 def summarize(trajectories: list[Trajectory], runs: int) -> dict:
     """The summary.json of an eval: `trajectories` holds sample r of every task for r < runs."""
-    valid = [t for t in trajectories if t.termination != "infra_error"]
+    valid = [t for t in trajectories if t.scored]
     per_run = [[t for t in valid if t.sample == r] for r in range(runs)]
     rates = [sum(t.resolved for t in run) / len(run) for run in per_run if run]
     mean = sum(rates) / len(rates) if rates else 0.0
@@ -40,13 +39,14 @@ def summarize(trajectories: list[Trajectory], runs: int) -> dict:
         "pass@1": mean,
         "pass@1_sem": sem,
         "pass@1_per_run": rates,
+        "mean_reward": _mean([reward(t) for t in valid]),
     }
     for k in range(2, runs + 1):
         scored = [pass_at_k(len(r), sum(r), k) for r in by_task.values() if len(r) >= k]
         summary[f"pass@{k}"] = sum(scored) / len(scored) if scored else None
     summary.update({
         "infra_errors": len(trajectories) - len(valid),
-        "grading_errors": sum(1 for t in valid if (t.grade or {}).get("error") in GRADING_ERRORS),
+        "grading_errors": sum(1 for t in valid if t.grade is not None and t.grade.error in GRADING_ERRORS),
         "by_termination": _by_termination(trajectories),
         "mean_steps": _mean([t.steps for t in valid]),
         "mean_sampled_tokens": _mean([t.sampled_tokens for t in valid]),

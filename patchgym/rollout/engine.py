@@ -21,6 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from patchgym.agent.loop import engine_generate
 from patchgym.agent.trajectory import Trajectory
+from patchgym.env.grading.grade import Grade
 from patchgym.env.grading.grader import grade_patch
 from patchgym.env.swe_env import SWEEnv
 from patchgym.inference import Generation, SamplingParams
@@ -155,7 +156,7 @@ class RolloutEngine:
     async def _grade(self, task: Task, trajectory: Trajectory, pools: PoolSet) -> None:
         """Grade the final patch in a fresh sandbox; a grading sandbox that keeps dying makes it an infra error."""
         if not trajectory.patch.strip() and not self.config.grade_empty_patches:
-            trajectory.grade = {"instance_id": task.instance_id, "resolved": False, "error": "empty_patch"}
+            trajectory.grade = Grade(instance_id=task.instance_id, error="empty_patch")
             return
         async with self._sandbox_slots:
             self.stats.sandboxes_in_use += 1
@@ -164,7 +165,7 @@ class RolloutEngine:
                                                 timeout=self.config.grade_timeout_s, pools=pools)
             finally:
                 self.stats.sandboxes_in_use -= 1
-        trajectory.grade = grade.to_dict()
+        trajectory.grade = grade
         if grade.error == "infra":
             trajectory.termination, trajectory.error = "infra_error", f"grading: {grade.error_detail}"
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from torch import Tensor
 
-from patchgym.agent.trajectory import Trajectory
+from patchgym.agent.trajectory import Trajectory, reward
 from patchgym.files import append_line, write_atomic
 
 # Keys of every line (the policy update's own metrics come on top); nested dicts are counts.
@@ -74,19 +74,19 @@ def flatten(record: dict[str, Any], prefix: str = "") -> dict[str, float]:
 
 def rollout_stats(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
     """Outcome and length statistics of an iteration's trajectories (infrastructure errors excluded from rates)."""
-    scored = [t for t in trajectories if t.termination != "infra_error"]
-    rewards = [float(t.resolved) for t in scored]
+    scored = [t for t in trajectories if t.scored]
+    rewards = [reward(t) for t in scored]
     return {
         "tasks": len({t.task_id for t in trajectories}),
         "trajectories": len(trajectories),
         "resolved": sum(t.resolved for t in scored),
-        "resolve_rate": _mean(rewards),
+        "resolve_rate": _mean([float(t.resolved) for t in scored]),
         "steps_per_trajectory": _mean([t.steps for t in scored]),
         "sampled_tokens_per_trajectory": _mean([t.sampled_tokens for t in scored]),
         "tokens_per_trajectory": _mean([sum(len(x.prompt_ids) + len(x.completion_ids) + len(x.close_ids)
                                             for x in t.turns) for t in scored]),
         "terminations": dict(sorted(Counter(t.termination or "unfinished" for t in trajectories).items())),
-        "time_grading_s": sum(float((t.grade or {}).get("duration") or 0.0) for t in trajectories),
+        "time_grading_s": sum(t.grade.duration for t in trajectories if t.grade is not None),
     }
 
 

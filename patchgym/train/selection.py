@@ -3,7 +3,7 @@ trajectories, and the group (task and round) each trajectory's advantage compare
 
 import torch
 
-from patchgym.agent.trajectory import Trajectory
+from patchgym.agent.trajectory import Trajectory, reward
 from patchgym.rl.advantages import compute_advantages
 from patchgym.rl.config import AlgorithmConfig
 from patchgym.rl.shaping import Sample, apply_turn_penalty, compact_filter, drop_zero_advantage
@@ -16,7 +16,7 @@ def select_training_batch(batch: list[Trajectory], algo: AlgorithmConfig, max_tu
     sequences that take loss). Adds each filter's counts to `filters`. Infrastructure errors carry no reward and
     are left out; compact-filtered trajectories stay in their group's statistics (algorithm.invalid_as_zero) but
     take no loss."""
-    scored = [x for x in batch if x.termination != "infra_error"]
+    scored = [x for x in batch if x.scored]
     filters["infra_error"] = len(batch) - len(scored)
     samples = [to_sample(x) for x in scored]
     if algo.turn_penalty_threshold is not None:
@@ -37,9 +37,9 @@ def select_training_batch(batch: list[Trajectory], algo: AlgorithmConfig, max_tu
 
 
 def to_sample(trajectory: Trajectory) -> Sample:
-    """A graded trajectory as shaping sees it; its reward is 1 if it resolved its task, else 0."""
+    """A graded trajectory as shaping sees it, with its reward before shaping."""
     t = trajectory
-    return Sample(t.task_id, group_of(t), float(t.resolved), t.termination, t.steps, t.resolved)
+    return Sample(t.task_id, group_of(t), reward(t), t.termination, t.steps, t.resolved)
 
 
 def group_of(trajectory: Trajectory) -> str:

@@ -16,6 +16,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from patchgym.agent import tokens
 from patchgym.agent.trajectory import Trajectory, Turn
+from patchgym.env.grading.grade import Grade
 from patchgym.inference.base import Engine, Generation, SamplingParams
 from patchgym.train.batch import collate, sequences_from_trajectories
 from patchgym.train.logprobs import sequence_logprobs
@@ -137,5 +138,6 @@ async def _episode(tokenizer, key: str, trajectory_id: str, generate) -> Traject
         else:
             turn.format_error = not is_answer(content)
     trajectory.termination = "submitted"
-    trajectory.grade = {"resolved": reward(trajectory, key) == 1.0, "reward": reward(trajectory, key)}
+    score = reward(trajectory, key)
+    trajectory.grade = Grade(instance_id=trajectory.task_id, resolved=score == 1.0, score=score)
     return trajectory

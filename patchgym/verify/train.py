@@ -55,7 +55,7 @@ def verdict_loss(model, examples: Sequence[TrainSequence], micro_token_budget: i
 
 def usable(trajectories: Sequence[Trajectory]) -> list[Trajectory]:
     """Trajectories with a label: graded, and not ended by an infrastructure error."""
-    return [t for t in trajectories if t.grade is not None and t.termination not in (None, "infra_error")]
+    return [t for t in trajectories if t.grade is not None and t.termination is not None and t.scored]
 
 
 def train_verifier(trajectories: Sequence[Trajectory], model_spec: str, out: Path, config: VerifierConfig,

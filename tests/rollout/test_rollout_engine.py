@@ -99,7 +99,7 @@ def test_a_dead_grading_sandbox_is_an_infra_error(sandbox_config, tiny_task, tmp
     from patchgym.env.grading.grader import Grade
     from patchgym.rollout import engine as rollout_engine
 
-    monkeypatch.setattr(rollout_engine, "grade_patch", lambda task, *a, **k: Grade(task.instance_id, False,
+    monkeypatch.setattr(rollout_engine, "grade_patch", lambda task, *a, **k: Grade(instance_id=task.instance_id,
                                                                                       error="infra"))
     (t,) = RolloutEngine(Probe(), sandbox_config, RolloutConfig(retries=0), run_dir=tmp_path,
                          progress=False).run([tiny_task])
@@ -160,4 +160,4 @@ def test_trajectories_written_are_valid_records(sandbox_config, tiny_task, tmp_p
     RolloutEngine(Probe(), sandbox_config, run_dir=tmp_path, progress=False).run([tiny_task])
     (record,) = lines(tmp_path / "trajectories.jsonl")
     t = Trajectory.model_validate(record)
-    assert t.grade["f2p"] == {"tests/test_add.py::test_add": "PASSED"} and t.engine["class"] == "OraclePolicy"
+    assert t.grade.f2p == {"tests/test_add.py::test_add": "PASSED"} and t.engine["class"] == "OraclePolicy"

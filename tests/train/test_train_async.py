@@ -32,6 +32,8 @@ class GatedEngine:
     """The engine as the rollout engine sees it through VersionedAgent: every generation passes the version gate,
     and the version it ran on is recorded for its batch."""
 
+    needs_messages = False
+
     def __init__(self, engine: HFEngine, versions: PolicyVersions, seen: list[int]):
         self.engine, self.versions, self.seen, self.tokenizer = engine, versions, seen, engine.tokenizer
 
@@ -69,7 +71,7 @@ def test_rollouts_run_ahead_but_never_lag_more_than_s_updates(tiny, staleness):
         try:
             for n in range(1, iterations + 1):
                 trajectories = pipeline.get(n)
-                rewards = torch.tensor([t.grade["reward"] for t in trajectories])
+                rewards = torch.tensor([t.grade.reward for t in trajectories])
                 advantages = compute_advantages("rloo", rewards, [t.task_id for t in trajectories])
                 sequences = sequences_from_trajectories(trajectories, advantages.tolist())
                 policy_update(policy, optimizer, sequences, algo, micro_token_budget=8192)

@@ -62,7 +62,7 @@ def train(tokenizer, seed: int, flip: bool) -> tuple[float, list[float], float]:
     with HFEngine(model, tokenizer, max_batch=len(synthetic.DIGITS) * SAMPLES) as engine:
         for iteration in range(ITERATIONS):
             trajectories = synthetic.rollouts(engine, list(synthetic.DIGITS), SAMPLES, seed=seed * 1000 + iteration)
-            rewards = torch.tensor([t.grade["reward"] for t in trajectories])
+            rewards = torch.tensor([t.grade.reward for t in trajectories])
             advantages = compute_advantages(algo.advantage, rewards, [t.task_id for t in trajectories])
             if flip:
                 advantages = -advantages

@@ -1,5 +1,6 @@
 """Grading: which tests passed, from a test log (SWE-bench's parsers) or from pytest's own structured reports."""
 
+from patchgym.env.grading.grade import GRADING_ERRORS, Grade, GradeError
 from patchgym.env.grading.parsers import PARSERS, parse_log
 from patchgym.env.grading.report import (
     ReportMissing,
@@ -9,5 +10,5 @@ from patchgym.env.grading.report import (
     read_report,
 )
 
-__all__ = ["PARSERS", "ReportMissing", "install_report_plugin", "parse_log", "parse_report", "pytest_report_args",
+__all__ = ["GRADING_ERRORS", "PARSERS", "Grade", "GradeError", "ReportMissing", "install_report_plugin", "parse_log", "parse_report", "pytest_report_args",
            "read_report"]

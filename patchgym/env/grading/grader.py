@@ -8,13 +8,12 @@ skipped or missing counts as failed). A patch that does not apply, a dead sandbo
 sign that the suite ran is an `error`, reported as such, never a silent 0.
 """
 
-import dataclasses
 import re
 import shlex
 import time
-from dataclasses import dataclass, field
 
 from patchgym.env.grading import parsers, report
+from patchgym.env.grading.grade import Grade
 from patchgym.env.workspace import PatchApplyError, apply_patch
 from patchgym.sandbox import Sandbox, SandboxConfig, SandboxError, open_sandbox
 from patchgym.sandbox.pool import PoolSet
@@ -31,22 +30,6 @@ _CREATED = re.compile(r"^--- /dev/null\n\+\+\+ b/(.+)$", re.MULTILINE)
 TEST_PATH = re.compile(r"(^|/)(tests?|testing)/|(^|/)test_[^/]*\.py$|_tests?\.py$")
 CONFIG_NAMES = {"conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "sitecustomize.py",
                 "usercustomize.py"}
-
-
-@dataclass
-class Grade:
-    instance_id: str
-    resolved: bool
-    tests: dict[str, str] = field(default_factory=dict)
-    f2p: dict[str, str] = field(default_factory=dict)
-    p2p: dict[str, str] = field(default_factory=dict)
-    error: str | None = None  # apply | infra | no_tests_ran | timeout
-    error_detail: str = ""
-    exit_code: int | None = None
-    duration: float = 0.0
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
 
 def grader_owns(path: str, task: Task) -> bool:
@@ -70,7 +53,7 @@ def grade_patch(task: Task, patch: str, config: SandboxConfig | None = None, *, 
                 grade = _grade_in(sandbox, task, patch, timeout)
             break
         except SandboxError as exc:
-            grade = Grade(task.instance_id, False, error="infra", error_detail=str(exc))
+            grade = Grade(instance_id=task.instance_id, error="infra", error_detail=str(exc))
     grade.duration = time.monotonic() - start
     return grade
 
@@ -104,7 +87,7 @@ def _grade_in(sandbox: Sandbox, task: Task, patch: str, timeout: float) -> Grade
     try:
         apply_patch(sandbox, patch, wd, "candidate")
     except PatchApplyError as exc:
-        return Grade(task.instance_id, False, error="apply", error_detail=str(exc))
+        return Grade(instance_id=task.instance_id, error="apply", error_detail=str(exc))
     _restore_owned(sandbox, task, wd)
     created = _CREATED.findall(task.test_patch)
     if created:  # files the test_patch makes from nothing (a factory task's hidden tests) go first
@@ -123,7 +106,7 @@ def _grade_in(sandbox: Sandbox, task: Task, patch: str, timeout: float) -> Grade
                    + " ".join(shlex.quote(a) for a in report.pytest_report_args(REPORT_PATH)))
     run = sandbox.exec(command, cwd=wd, timeout=timeout, output_limit=LOG_LIMIT)
     if run.timed_out:
-        return Grade(task.instance_id, False, error="timeout", error_detail=f"tests ran over {timeout:g} s",
+        return Grade(instance_id=task.instance_id, error="timeout", error_detail=f"tests ran over {timeout:g} s",
                      exit_code=run.exit_code)
     if task.log_parser == REPORT_PARSER:
         try:
@@ -133,9 +116,10 @@ def _grade_in(sandbox: Sandbox, task: Task, patch: str, timeout: float) -> Grade
     else:
         statuses, detail = parsers.parse_log(run.output, task.log_parser), "no test results in the log"
     if not statuses:
-        return Grade(task.instance_id, False, error="no_tests_ran", exit_code=run.exit_code,
+        return Grade(instance_id=task.instance_id, error="no_tests_ran", exit_code=run.exit_code,
                      error_detail=f"{detail}; exit code {run.exit_code}; log tail:\n{run.output[-2000:]}")
     f2p = {t: statuses.get(t, "MISSING") for t in task.FAIL_TO_PASS}
     p2p = {t: statuses.get(t, "MISSING") for t in task.PASS_TO_PASS}
     resolved = all(s in PASSING for s in (*f2p.values(), *p2p.values()))
-    return Grade(task.instance_id, resolved, statuses, f2p, p2p, exit_code=run.exit_code)
+    return Grade(instance_id=task.instance_id, resolved=resolved, tests=statuses, f2p=f2p, p2p=p2p,
+                 exit_code=run.exit_code)

@@ -1,0 +1,31 @@
+"""The grade record and the reward it earns: outcomes, a grader's own score, old records still load."""
+
+import pytest
+
+from patchgym.agent.trajectory import Trajectory, reward
+from patchgym.env.grading.grade import Grade
+
+
+def test_outcome_names_the_verdict_or_the_error():
+    assert Grade(resolved=True).outcome == "resolved"
+    assert Grade(resolved=False).outcome == "unresolved"
+    assert Grade(error="no_tests_ran").outcome == "no_tests_ran"
+
+
+def test_the_reward_is_the_verdict_unless_the_grader_scored_it():
+    graded = lambda **g: Trajectory(task_id="t", termination="submitted", grade=g)
+    assert reward(graded(resolved=True)) == 1.0 and reward(graded(resolved=False)) == 0.0
+    assert reward(graded(resolved=False, score=0.25)) == 0.25
+    assert reward(Trajectory(task_id="t", termination="max_steps")) == 0.0  # never graded: nothing earned
+    with pytest.raises(ValueError, match="infrastructure error"):
+        reward(Trajectory(task_id="t", termination="infra_error"))
+
+
+def test_a_record_written_before_the_grade_had_a_type_still_loads():
+    line = ('{"task_id": "t", "termination": "submitted", "grade": {"instance_id": "t", "resolved": true, "tests": '
+            '{"a": "PASSED"}, "f2p": {"a": "PASSED"}, "p2p": {}, "error": null, "error_detail": "", '
+            '"exit_code": 0, "duration": 1.5}}')
+    t = Trajectory.model_validate_json(line)
+    assert t.resolved and t.grade.duration == 1.5 and t.grade.f2p == {"a": "PASSED"}
+    with pytest.raises(ValueError, match="error"):
+        Grade(error="spilled_coffee")
