@@ -356,7 +356,7 @@ def sft(trajectories: list[Path] = typer.Option(..., "--trajectories", help="tra
         files: list[Path] = ConfigFiles, overrides: list[str] = Overrides) -> None:
     """SFT one epoch on trajectories: loss on sampled tokens only, format-error turns masked; save a checkpoint."""
     from patchgym.train.loop import TrainError
-    from patchgym.train.rft import read_trajectories
+    from patchgym.agent.trajectory_files import read_trajectories
     from patchgym.train.rft import sft as run_sft
 
     config = _config(files, [*[f"inference.model={model}"] * bool(model), *(overrides or [])])
@@ -506,7 +506,7 @@ def train_verifier_(trajectories: list[Path] = typer.Option(..., "--trajectories
     import torch
 
     from patchgym.train.loop import TrainError
-    from patchgym.train.rft import read_trajectories
+    from patchgym.agent.trajectory_files import read_trajectories
     from patchgym.verify.scoring import VerifierError
     from patchgym.verify.train import train_verifier
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from patchgym.agent import tokens
 from patchgym.agent.trajectory import Trajectory
+from patchgym.agent.trajectory_files import read_trajectories
 
 
 @dataclass
@@ -90,26 +91,6 @@ def _first_difference(got: list[int], expected: list[int]) -> str:
     return f"(first at position {at}: {got[at:at + 3]} vs {expected[at:at + 3]}; lengths {len(got)} vs {len(expected)})"
 
 
-def read_trajectories(path: Path) -> list[Trajectory]:
-    """Trajectories from a JSONL file (a run's trajectories.jsonl) or a single JSON record; the last line of a
-    JSONL file may be cut by a crash and is skipped."""
-    text = path.read_text()
-    if path.suffix == ".json":
-        return [Trajectory.model_validate_json(text)]
-    lines = text.splitlines()
-    out = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            out.append(Trajectory.model_validate_json(line))
-        except ValueError as exc:
-            if n == len(lines) and not text.endswith("\n"):
-                break  # a half-written last line
-            raise ValueError(f"{path}:{n}: not a trajectory record: {str(exc).splitlines()[0]}") from None
-    return out
-
-
 def run_model_spec(run_dir: Path) -> str | None:
     """The model a run was made with, from its run.json (written by the rollout engine)."""
     meta = run_dir / "run.json"
@@ -117,8 +98,5 @@ def run_model_spec(run_dir: Path) -> str | None:
 
 
 def check_run(run_dir: Path, tokenizer) -> RunCheck:
-    """Check every trajectory with turns in RUN_DIR/trajectories.jsonl (or a file given directly)."""
-    path = run_dir if run_dir.is_file() else run_dir / "trajectories.jsonl"
-    if not path.exists():
-        raise FileNotFoundError(f"no trajectories in {run_dir} (expected {path})")
-    return RunCheck([check_trajectory(t, tokenizer) for t in read_trajectories(path) if t.turns])
+    """Check every trajectory with turns in a run directory (every iteration of a train run) or a file."""
+    return RunCheck([check_trajectory(t, tokenizer) for t in read_trajectories(run_dir) if t.turns])

@@ -1,5 +1,6 @@
 """What a run directory holds: its kind (train, eval or select), its summary and metrics, and compact facts per
-trajectory, read tolerantly (missing files and keys are normal: runs are read while they are still being written).
+trajectory. Missing files are normal (runs are read while they are still being written); trajectories are read
+with patchgym.agent.trajectory_files like everywhere else.
 
 - train: RUN/metrics.jsonl and RUN/rollouts/iter-N/trajectories.jsonl
 - eval: RUN/trajectories.jsonl and RUN/summary.json
@@ -12,11 +13,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
+from patchgym.agent.trajectory import Trajectory, Turn
+from patchgym.agent.trajectory_files import files_of, key_of, read_file
+
 RunKind = Literal["train", "eval", "select"]
 
 _CALL_START = re.compile(r"<function\s*=|<tool_call>")
 _BARE_CALL = re.compile(r'\{\s*"(name|function)"\s*:')
-_ITER = re.compile(r"iter-(\d+)$")
 
 
 class RunError(ValueError):
@@ -68,51 +71,30 @@ def iter_jsonl(path: Path, offset: int = 0) -> Iterator[tuple[int, int, dict | N
             offset += len(line)
 
 
-def trajectory_files(run: Path) -> list[tuple[int | None, Path]]:
-    """(iteration, file) for each trajectories.jsonl of the run, in iteration order (None for an eval run)."""
-    files: list[tuple[int | None, Path]] = []
-    if (run / "trajectories.jsonl").exists():
-        files.append((None, run / "trajectories.jsonl"))
-    rollouts = run / "rollouts"
-    if rollouts.is_dir():
-        for directory in rollouts.iterdir():
-            match = _ITER.match(directory.name)
-            if match and (directory / "trajectories.jsonl").exists():
-                files.append((int(match.group(1)), directory / "trajectories.jsonl"))
-    return sorted(files, key=lambda item: -1 if item[0] is None else item[0])
-
-
 def read_trajectories(run: Path) -> list[dict]:
-    """The facts of every trajectory of the run; a trajectory recorded twice (rerun on resume) counts once."""
-    latest: dict[tuple, dict] = {}
-    for iteration, path in trajectory_files(run):
-        for _, _, record in iter_jsonl(path):
-            if record is None:
-                continue
-            facts = trajectory_facts(record, iteration)
-            latest[(iteration, facts["trajectory_id"])] = facts
-    return list(latest.values())
+    """The facts of every trajectory of the run (read by patchgym.agent.trajectory_files, so a trajectory recorded
+    twice counts once and a line still being written is left out)."""
+    return [trajectory_facts(t, iteration) for iteration, path in files_of(run) for t in read_file(path).trajectories]
 
 
-def trajectory_facts(record: dict, iteration: int | None = None) -> dict:
-    """The numbers report plots and the viewer's table need from one Trajectory record."""
-    turns = [t for t in record.get("turns") or [] if isinstance(t, dict)]
-    grade = record.get("grade") or {}
-    split = [turn_tokens(t) for t in turns]
+def trajectory_facts(trajectory: Trajectory, iteration: int | None = None) -> dict:
+    """The numbers report plots and the viewer's table need from one trajectory."""
+    t, grade = trajectory, trajectory.grade
+    split = [turn_tokens(turn) for turn in t.turns]
     return {
-        "trajectory_id": record.get("trajectory_id") or record.get("task_id", ""),
-        "task_id": record.get("task_id", ""),
+        "trajectory_id": key_of(t),
+        "task_id": t.task_id,
         "iteration": iteration,
-        "resolved": bool(grade.get("resolved")),
-        "termination": record.get("termination") or "unfinished",
-        "steps": len(turns),
-        "tokens": sum(len(t.get("completion_ids") or []) for t in turns),
+        "resolved": t.resolved,
+        "termination": t.termination or "unfinished",
+        "steps": t.steps,
+        "tokens": t.sampled_tokens,
         "thinking_tokens": [s[0] for s in split],
         "call_tokens": [s[1] for s in split],
-        "generate_s": sum(float(t.get("generate_s") or 0.0) for t in turns),
-        "tool_s": sum(float(t.get("step_s") or 0.0) for t in turns),
-        "grading_s": float(grade.get("duration") or 0.0),
-        "seconds": float(record.get("seconds") or 0.0),
+        "generate_s": sum(turn.generate_s for turn in t.turns),
+        "tool_s": sum(turn.step_s for turn in t.turns),
+        "grading_s": grade.duration if grade is not None else 0.0,
+        "seconds": t.seconds,
     }
 
 
@@ -125,13 +107,12 @@ def split_action(action: str, has_call: bool = True) -> tuple[str, str]:
     return action[: start.start()], action[start.start():]
 
 
-def turn_tokens(turn: dict) -> tuple[int, int]:
+def turn_tokens(turn: Turn) -> tuple[int, int]:
     """(thinking, tool call) sampled tokens of a turn. The text does not say where the token boundary falls, so the
     turn's sampled tokens are split in proportion to the characters of each part."""
-    sampled = len(turn.get("completion_ids") or [])
-    action = turn.get("action") or ""
+    sampled, action = len(turn.completion_ids), turn.action
     if not sampled or not action:
         return 0, sampled
-    thought, _ = split_action(action, turn.get("tool_call") is not None)
+    thought, _ = split_action(action, turn.tool_call is not None)
     thinking = round(sampled * len(thought) / len(action))
     return thinking, sampled - thinking

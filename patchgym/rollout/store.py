@@ -1,15 +1,20 @@
 """RUN/trajectories.jsonl: finished trajectories, one JSON line each, appended atomically as they complete.
 
 A line is written with one write() on an O_APPEND descriptor and fsync'd, so readers and a crash see whole lines
-only, except that a crash mid-write can cut the very last line: opening the store drops such a tail. A trajectory
-recorded twice (an infra error rerun on resume) counts once: the last record wins.
+only, except that a crash mid-write can cut the very last line: opening the store drops such a tail. It reads the
+file with patchgym.agent.trajectory_files, so a trajectory recorded twice (an infra error rerun on resume) counts
+once: the last record wins.
 """
 
+import logging
 import threading
 from pathlib import Path
 
 from patchgym.agent.trajectory import Trajectory
+from patchgym.agent.trajectory_files import key_of, read_file
 from patchgym.files import append_line
+
+log = logging.getLogger(__name__)
 
 
 class TrajectoryStore:
@@ -23,23 +28,17 @@ class TrajectoryStore:
     def _load(self) -> None:
         if not self.path.exists():
             return
-        data = self.path.read_bytes()
-        keep = data if data.endswith(b"\n") or not data else data[: data.rfind(b"\n") + 1]
-        if len(keep) != len(data):  # a line cut by a crash: drop it so the next append starts a fresh line
+        read = read_file(self.path)
+        if read.cut_at is not None:  # a line cut by a crash: drop it so the next append starts a fresh line
+            log.warning("%s: the last line was cut by a crash: dropped, its trajectory runs again", self.path)
             with open(self.path, "r+b") as f:
-                f.truncate(len(keep))
-        for n, line in enumerate(keep.decode().splitlines(), 1):
-            if line.strip():
-                try:
-                    record = Trajectory.model_validate_json(line)
-                except ValueError as exc:
-                    raise ValueError(f"{self.path}:{n}: not a trajectory record: {str(exc).splitlines()[0]}") from None
-                self._records[record.trajectory_id or record.task_id] = record
+                f.truncate(read.cut_at)
+        self._records = {key_of(t): t for t in read.trajectories}
 
     def append(self, trajectory: Trajectory) -> None:
         with self._lock:
             append_line(self.path, trajectory.model_dump_json())
-            self._records[trajectory.trajectory_id or trajectory.task_id] = trajectory
+            self._records[key_of(trajectory)] = trajectory
 
     def finished(self) -> dict[str, Trajectory]:
         """Trajectories that need no rerun: everything recorded except infrastructure errors."""

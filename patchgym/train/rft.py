@@ -73,25 +73,3 @@ def sft(config: Config, trajectories: Sequence[Trajectory], out: str | Path) -> 
         metrics.close()
     return save_checkpoint(out, 1, model, tokenizer, optimizer, scheduler, keep=train.keep_checkpoints,
                            state={"kind": "sft", "trajectories": len(sequences), "optimizer_steps": len(batches)})
-
-
-def read_trajectories(paths: Sequence[str | Path]) -> list[Trajectory]:
-    """Trajectories from .jsonl files (one per line; a run directory means its trajectories.jsonl) or .json files.
-
-    A trajectory recorded twice (an infrastructure error rerun) counts once: the last record wins.
-    """
-    found: dict[tuple, Trajectory] = {}
-    for path in map(Path, paths):
-        path = path / "trajectories.jsonl" if path.is_dir() else path
-        if not path.is_file():
-            raise TrainError(f"trajectory file '{path}' not found")
-        lines = path.read_text().splitlines() if path.suffix == ".jsonl" else [path.read_text()]
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                record = Trajectory.model_validate_json(line)
-            except ValueError as exc:
-                raise TrainError(f"{path}:{number}: not a trajectory record: {str(exc).splitlines()[0]}") from None
-            found[(path, record.trajectory_id or number)] = record
-    return list(found.values())

@@ -31,7 +31,7 @@ from patchgym.verify.select import VERIFIERS, Candidate, choose, selection_curve
 
 def read_candidates(runs: Sequence[Path], tasks: dict[str, Task]) -> tuple[dict[str, Trajectory], dict]:
     """({candidate id: trajectory}, counts) over the runs, infra errors and unfinished records left out."""
-    from patchgym.train.rft import read_trajectories
+    from patchgym.agent.trajectory_files import read_trajectories
 
     labels = _labels(runs)
     found: dict[str, Trajectory] = {}

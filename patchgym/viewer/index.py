@@ -1,11 +1,13 @@
 """The viewer's data: an index of a run's trajectories (one row each, with where its JSON line lies), refreshed
 incrementally while the run is still appending, and the detail view of one trajectory read back from its line."""
 
-import json
 import threading
 from pathlib import Path
 
-from patchgym.report.runs import iter_jsonl, read_json, run_kind, split_action, trajectory_facts, trajectory_files
+from patchgym.agent.trajectory import Trajectory
+from patchgym.agent.trajectory_files import Line, files_of, parse, scan
+from patchgym.env.grading.grade import Grade
+from patchgym.report.runs import read_json, run_kind, split_action, trajectory_facts
 
 ROW_KEYS = ("trajectory_id", "task_id", "iteration", "resolved", "termination", "steps", "tokens", "seconds")
 
@@ -24,23 +26,24 @@ class TrajectoryIndex:
 
     def rows(self) -> list[dict]:
         with self._lock:
-            for iteration, path in trajectory_files(self.run):
+            for iteration, path in files_of(self.run):
                 start = self._scanned.get(path, 0)
                 if path.stat().st_size < start:  # rewritten (a cut tail dropped): index it again
                     start = 0
-                for offset, end, record in iter_jsonl(path, start):
-                    if record is not None:
-                        self._add(iteration, path, offset, record)
-                    start = end
+                for line in scan(path, start):
+                    if not isinstance(line, Line):  # a line still being written: read it next time
+                        break
+                    self._add(iteration, path, line.start, line.trajectory)
+                    start = line.end
                 self._scanned[path] = start
             return list(self._rows)
 
-    def _add(self, iteration: int | None, path: Path, offset: int, record: dict) -> None:
-        facts = trajectory_facts(record, iteration)
+    def _add(self, iteration: int | None, path: Path, offset: int, trajectory: Trajectory) -> None:
+        facts = trajectory_facts(trajectory, iteration)
         key = (iteration, facts["trajectory_id"])
         n = self._row_of.setdefault(key, len(self._rows))
         row = {"id": n, **{k: facts[k] for k in ROW_KEYS},
-               "grade_error": (record.get("grade") or {}).get("error") or record.get("error")}
+               "grade_error": (trajectory.grade.error if trajectory.grade else None) or trajectory.error}
         if n == len(self._rows):
             self._rows.append(row)
             self._where.append((path, offset))
@@ -56,8 +59,8 @@ class TrajectoryIndex:
             row = self._rows[n]
         with open(path, "rb") as f:
             f.seek(offset)
-            record = json.loads(f.readline())
-        return {**row, **detail(record)}
+            trajectory = parse(f.readline(), path)
+        return {**row, **detail(trajectory)}
 
     def about(self) -> dict:
         summary = read_json(self.run / "summary.json") or {}
@@ -65,30 +68,25 @@ class TrajectoryIndex:
                 "summary": {k: v for k, v in summary.items() if isinstance(v, (int, float, str)) and k != "model"}}
 
 
-def detail(record: dict) -> dict:
+def detail(trajectory: Trajectory) -> dict:
     """What the page shows of one trajectory: the task prompt, each turn split into thought and tool call, the
     patch, and the grade per test."""
-    messages = record.get("messages") or []
-    prompt = next((m.get("content", "") for m in messages if m.get("role") == "user"), "")
+    prompt = next((m.get("content", "") for m in trajectory.messages if m.get("role") == "user"), "")
     turns = []
-    for n, turn in enumerate(record.get("turns") or [], 1):
-        thought, call = split_action(turn.get("action") or "", turn.get("tool_call") is not None)
-        turns.append({"n": n, "thought": thought.strip(), "call": call.strip(), "tool_call": turn.get("tool_call"),
-                      "format_error": bool(turn.get("format_error")), "observation": turn.get("observation") or "",
-                      "exit_code": turn.get("exit_code"), "sampled_tokens": len(turn.get("completion_ids") or []),
-                      "finish_reason": turn.get("finish_reason"), "generate_s": turn.get("generate_s") or 0.0,
-                      "step_s": turn.get("step_s") or 0.0})
-    grade = record.get("grade") or {}
-    return {"sample": record.get("sample"), "engine": record.get("engine") or {}, "error": record.get("error"),
-            "prompt": prompt, "turns": turns, "patch": record.get("patch") or "", "grade": grade_view(grade)}
+    for n, turn in enumerate(trajectory.turns, 1):
+        thought, call = split_action(turn.action, turn.tool_call is not None)
+        turns.append({"n": n, "thought": thought.strip(), "call": call.strip(), "tool_call": turn.tool_call,
+                      "format_error": turn.format_error, "observation": turn.observation,
+                      "exit_code": turn.exit_code, "sampled_tokens": len(turn.completion_ids),
+                      "finish_reason": turn.finish_reason, "generate_s": turn.generate_s, "step_s": turn.step_s})
+    return {"sample": trajectory.sample, "engine": trajectory.engine, "error": trajectory.error, "prompt": prompt,
+            "turns": turns, "patch": trajectory.patch, "grade": grade_view(trajectory.grade or Grade())}
 
 
-def grade_view(grade: dict) -> dict:
+def grade_view(grade: Grade) -> dict:
     """The grade with its tests grouped: FAIL_TO_PASS, PASS_TO_PASS, and the other tests that ran."""
-    tests = grade.get("tests") or {}
-    f2p, p2p = grade.get("f2p") or {}, grade.get("p2p") or {}
-    other = {name: status for name, status in tests.items() if name not in f2p and name not in p2p}
-    return {"resolved": bool(grade.get("resolved")), "error": grade.get("error"),
-            "error_detail": grade.get("error_detail") or "", "duration": grade.get("duration"),
+    other = {name: status for name, status in grade.tests.items() if name not in grade.f2p and name not in grade.p2p}
+    return {"resolved": grade.resolved, "error": grade.error, "error_detail": grade.error_detail,
+            "duration": grade.duration,
             "groups": [{"name": name, "tests": group} for name, group in
-                       (("FAIL_TO_PASS", f2p), ("PASS_TO_PASS", p2p), ("other tests", other)) if group]}
+                       (("FAIL_TO_PASS", grade.f2p), ("PASS_TO_PASS", grade.p2p), ("other tests", other)) if group]}

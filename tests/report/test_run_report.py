@@ -146,6 +146,6 @@ def test_thinking_is_the_text_before_the_tool_call():
     assert split_action(thought + CALL) == (thought, CALL)
     assert split_action("no call at all") == ("no call at all", "")
     assert split_action('ok {"name": "finish", "arguments": {}}') == ("ok ", '{"name": "finish", "arguments": {}}')
-    assert len(CALL) == 69 and turn_tokens(turn(thought, 94).model_dump()) == (25, 69)
-    assert turn_tokens(turn(thought, 10).model_dump()) == (3, 7)  # 10 * 25 / 94 = 2.66
-    assert turn_tokens(turn("garbage", 10, format_error=True).model_dump()) == (10, 0)
+    assert len(CALL) == 69 and turn_tokens(turn(thought, 94)) == (25, 69)
+    assert turn_tokens(turn(thought, 10)) == (3, 7)  # 10 * 25 / 94 = 2.66
+    assert turn_tokens(turn("garbage", 10, format_error=True)) == (10, 0)

@@ -109,7 +109,8 @@ def test_lora_run_pushes_merged_weights(docker_only, tiny, tiny_task, tmp_path):
 def test_sft_on_recorded_trajectories_and_rft_without_a_solve(docker_only, tiny, tiny_task, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from patchgym.train.rft import read_trajectories, rft, sft
+    from patchgym.agent.trajectory_files import TrajectoryFileError, read_trajectories
+    from patchgym.train.rft import rft, sft
 
     tasks_file = tmp_path / "tasks.jsonl"
     write_tasks([tiny_task], tasks_file)
@@ -130,7 +131,7 @@ def test_sft_on_recorded_trajectories_and_rft_without_a_solve(docker_only, tiny,
     tuned = AutoModelForCausalLM.from_pretrained(checkpoint / "model").state_dict()
     base = tiny_model_copy().state_dict()
     assert any(not torch.equal(base[k], tuned[k]) for k in base)
-    with pytest.raises(TrainError, match="not found"):
+    with pytest.raises(TrajectoryFileError, match="not found"):
         read_trajectories([tmp_path / "nope.jsonl"])
 
 
