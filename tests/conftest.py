@@ -43,6 +43,48 @@ def local_unavailable() -> str | None:
     return None
 
 
+# The `sandbox` marker is the heavy tier: tests that need a real sandbox backend or the Kubernetes cluster (any of
+# these fixtures or markers), or that start other real infrastructure or run long (the modules below, with why).
+# `pytest -m "not sandbox"` is the fast tier: the loop, rollout, rl, config and trainer logic, in-process.
+SANDBOX_FIXTURES = {"backend", "ready_backend", "base_image", "k8s_cluster", "ci_tasks"}
+SANDBOX_MARKERS = {"docker", "local", "kubernetes", "sandbox"}
+HEAVY = {
+    "cluster": "a real multi-node Ray cluster",
+    "sandbox": "sandbox images and backends",
+    "inference/test_vllm_engine.py": "a vLLM server",
+    "inference/test_openai_server.py": "patchgym serve processes",
+    "eval/test_eval_model.py": "evaluations through a served model",
+    "train/test_train_ddp.py": "torchrun process groups",
+    "train/test_train_fsdp_loop.py": "torchrun process groups",
+    "train/test_train_async.py": "async training runs of a minute",
+    "train/test_train_learning.py": "learning curves of a minute each",
+    "viewer/test_viewer.py": "headless Chromium",
+    "report": "matplotlib renders every plot",
+    "verify/test_verify_train.py": "verifier fine-tuning runs",
+    "env/test_parsers.py::test_real_pytest_logs_parse_as_swebench_does": "a real pytest run per log",
+    "env/test_report.py::test_plugin_on_the_host": "a real pytest run",
+    "inference/test_models.py::test_smollm2_loads_with_the_network_off": "SmolLM2 loaded in a subprocess",
+    "inference/test_models.py::test_smollm2_answers_and_tokens_round_trip_through_the_template": "SmolLM2",
+    "inference/test_hf.py::test_agenerate": "batched generation from many threads",
+    "inference/test_hf.py::test_eight_threads": "batched generation from many threads",
+    "agent/test_check_tokens.py::test_the_command_exits_0_when_both_hold_and_1_otherwise": "the CLI loads a model",
+}
+
+
+def _heavy(item) -> bool:
+    """True when the item's module (or folder), or the test itself (`module::name`), is in HEAVY."""
+    relative = Path(str(item.fspath)).relative_to(Path(__file__).parent).as_posix()
+    test = f"{relative}::{getattr(item, 'originalname', item.name)}"
+    return test in HEAVY or any(relative == m or relative.startswith(m + "/") for m in HEAVY)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if SANDBOX_FIXTURES & set(getattr(item, "fixturenames", ())) or _heavy(item) or any(
+                m.name in SANDBOX_MARKERS for m in item.iter_markers()):
+            item.add_marker(pytest.mark.sandbox)
+
+
 @pytest.fixture(scope="session")
 def base_image():
     """The base image recipe, built once (cached across runs under the patchgym store)."""

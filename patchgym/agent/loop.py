@@ -4,7 +4,11 @@ Each trajectory ends with exactly one termination reason (patchgym.agent.traject
 saved after every turn and once more at the end, also when an exception escapes.
 
 `arun_agent` is the loop itself, a coroutine: generation is awaited (so many trajectories share one batching engine)
-and the environment's blocking calls run in worker threads. `run_agent` is the same loop for one caller.
+and the environment's blocking calls run in worker threads. `run_agent` is the same loop for one caller. It is the
+only ReAct loop: scripted policies play through it too, as text-only engines (patchgym.agent.reference).
+
+An engine without a tokenizer (a scripted policy) gives text, not ids: its turns record no token ids, and the
+context limit does not apply to it.
 """
 
 import asyncio
@@ -15,8 +19,9 @@ from pathlib import Path
 from patchgym.agent import tokens
 from patchgym.agent.config import AgentConfig, render
 from patchgym.agent.trajectory import Trajectory, Turn
+from patchgym.env.base import Env
 from patchgym.env.swe_env import SWEEnv
-from patchgym.env.tools import TOOL_SCHEMAS, parse_tool_call
+from patchgym.env.tools import TOOL_SCHEMAS
 from patchgym.inference import Engine, Generation, SamplingParams
 from patchgym.sandbox import SandboxConfig, SandboxError
 from patchgym.tasks import Task
@@ -38,7 +43,7 @@ def open_env(sandbox: SandboxConfig, config: AgentConfig) -> SWEEnv:
 Generate = Callable[[list[int], list[dict], SamplingParams], Awaitable[Generation]]
 
 
-def run_agent(task: Task, engine: Engine, env: SWEEnv, config: AgentConfig, *,
+def run_agent(task: Task, engine: Engine, env: Env, config: AgentConfig, *,
               save_path: str | Path | None = None) -> Trajectory:
     """Run one episode of `task` in `env` (reset here; closing it is the caller's) and return its record.
 
@@ -46,23 +51,25 @@ def run_agent(task: Task, engine: Engine, env: SWEEnv, config: AgentConfig, *,
     is the `infra_error` termination; any other exception propagates after the partial record is saved.
     """
     async def generate(ids: list[int], messages: list[dict], params: SamplingParams) -> Generation:
-        if getattr(engine, "needs_messages", False):
+        if engine.needs_messages:
             return await asyncio.to_thread(engine.generate_chat, messages, params)
         return await asyncio.to_thread(engine.generate, ids, params)
 
     return asyncio.run(arun_agent(task, engine, env, config, save_path=save_path, generate=generate))
 
 
-async def arun_agent(task: Task, engine: Engine, env: SWEEnv, config: AgentConfig, *,
-                     save_path: str | Path | None = None, generate: Generate | None = None) -> Trajectory:
+async def arun_agent(task: Task, engine: Engine, env: Env, config: AgentConfig, *,
+                     save_path: str | Path | None = None, generate: Generate | None = None,
+                     engine_info: dict | None = None) -> Trajectory:
     """The loop as a coroutine. `generate(ids, messages, params)` samples one turn: by default the engine's
     `agenerate` on the ids (or `agenerate_chat` on the messages, for engines that only take chats).
+    `engine_info` is recorded as the trajectory's `engine` (default: the engine's class and model).
 
     Cancelled (Ctrl-C), it closes the environment at once: a tool call running in a worker thread then fails
     fast instead of holding the sandbox, and the partial record is saved.
     """
     generate = generate or (lambda ids, messages, params: engine_generate(engine, ids, messages, params))
-    trajectory = Trajectory(task_id=task.instance_id, engine=describe_engine(engine),
+    trajectory = Trajectory(task_id=task.instance_id, engine=engine_info or describe_engine(engine),
                             sampling=config.sampling.model_dump(), started_at=time.time())
     start = time.monotonic()
     save = (lambda: trajectory.save_atomic(save_path)) if save_path is not None else (lambda: None)
@@ -85,7 +92,7 @@ async def arun_agent(task: Task, engine: Engine, env: SWEEnv, config: AgentConfi
 
 async def engine_generate(engine: Engine, ids: list[int], messages: list[dict], params: SamplingParams) -> Generation:
     """One turn from any engine: token ids in, or the chat messages for engines that only take chats."""
-    if getattr(engine, "needs_messages", False):
+    if engine.needs_messages:
         return await engine.agenerate_chat(messages, params)
     return await engine.agenerate(ids, params)
 
@@ -94,7 +101,7 @@ def describe_engine(engine: Engine) -> dict:
     return {"class": type(engine).__name__, "model": getattr(engine.tokenizer, "name_or_path", "")}
 
 
-async def _episode(trajectory: Trajectory, task: Task, engine: Engine, env: SWEEnv, config: AgentConfig,
+async def _episode(trajectory: Trajectory, task: Task, engine: Engine, env: Env, config: AgentConfig,
                    start: float, save, generate: Generate) -> None:
     """Play turns until one raises Terminated."""
     tokenizer = engine.tokenizer
@@ -104,12 +111,12 @@ async def _episode(trajectory: Trajectory, task: Task, engine: Engine, env: SWEE
                  {"role": "user", "content": render(config.instance_prompt, problem_statement=statement,
                                                     workdir=task.workdir, task=task)}]
     ids: list[int] = []  # every token the model has seen or sampled, in order
-    segment = tokens.prompt_ids(tokenizer, messages)
+    segment = tokens.prompt_ids(tokenizer, messages) if tokenizer is not None else []
     consecutive_errors = 0
     for step in range(config.max_steps):
         if time.monotonic() - start > config.max_seconds:
             raise Terminated("timeout")
-        room = config.max_context_tokens - len(ids) - len(segment)
+        room = config.max_context_tokens - (len(ids) + len(segment) if tokenizer is not None else 0)
         if room < 1:  # not even one token could be sampled after this prompt
             raise Terminated("max_context")
         ids += segment
@@ -129,7 +136,7 @@ async def _episode(trajectory: Trajectory, task: Task, engine: Engine, env: SWEE
         observation = {"role": config.observation_role,
                        "content": render(config.observation_template, observation=turn.observation,
                                          steps_remaining=remaining)}
-        segment = tokens.observation_ids(tokenizer, messages, observation)
+        segment = tokens.observation_ids(tokenizer, messages, observation) if tokenizer is not None else []
         messages.append(observation)
     raise Terminated("max_steps")
 
@@ -141,22 +148,23 @@ async def _generate(generate: Generate, tokenizer, config: AgentConfig, messages
     params = config.sampling.params(step, min(config.sampling.max_new_tokens, room))
     generation = await generate(list(ids), messages, params)
     elapsed = time.monotonic() - began
-    content, close = tokens.close_completion(tokenizer, messages, generation.token_ids)
+    if tokenizer is None:  # a text-only engine: its text is the message, and no token was sampled
+        content, close = generation.text or "", []
+    else:
+        content, close = tokens.close_completion(tokenizer, messages, generation.token_ids)
     messages.append({"role": "assistant", "content": content})
     return Turn(prompt_ids=segment, completion_ids=list(generation.token_ids), logprobs=list(generation.logprobs),
                 finish_reason=generation.finish_reason, close_ids=close, action=content, generate_s=elapsed,
                 exact=getattr(generation, "exact", True))
 
 
-def _act(env: SWEEnv, turn: Turn) -> bool:
+def _act(env: Env, turn: Turn) -> bool:
     """Run the turn's action, record the call and the answer on the turn; True when the agent submitted."""
     began = time.monotonic()
     result = env.step(turn.action)
     turn.step_s = time.monotonic() - began
-    turn.observation = result.observation
-    turn.exit_code = result.info.get("exit_code")
-    turn.format_error = bool(result.info.get("format_error"))
-    if not turn.format_error:  # the environment parsed the same text, so this parse succeeds too
-        call = parse_tool_call(turn.action)
-        turn.tool_call = {"name": call.name, "arguments": call.arguments}
+    turn.observation, turn.exit_code = result.observation, result.exit_code
+    turn.format_error = result.call is None
+    if result.call is not None:
+        turn.tool_call = {"name": result.call.name, "arguments": result.call.arguments}
     return result.done

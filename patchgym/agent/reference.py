@@ -1,17 +1,50 @@
 """Reference policies that bound what a reward can be: `oracle` applies the gold fix through the tools, `null` gives up.
 
 They check the whole environment and grader end to end: on a valid task set oracle must resolve 100%, null 0%.
+A policy plays through the agent loop like a model does, behind `PolicyEngine`, a text-only engine.
 """
 
 from typing import Protocol
 
 from patchgym.env.tools.calls import ToolCall, render_call_xml
+from patchgym.inference.base import Generation, SamplingParams
 from patchgym.tasks import Task
 
 
 class Policy(Protocol):
     def act(self, task: Task, observation: str, turn: int) -> str:
-        """The next action text (one tool call) after `observation`; turn counts from 0."""
+        """The next action text (one tool call) after `observation` (the last message the agent was shown: the task
+        prompt on turn 0, then each tool's answer); turn counts from 0."""
+
+
+class PolicyEngine:
+    """A policy as an engine of one episode of `task`: it takes the chat and answers with the policy's action as
+    text, at once; no token is sampled (its tokenizer is None)."""
+
+    tokenizer = None
+    needs_messages = True
+
+    def __init__(self, policy: Policy, task: Task):
+        self.policy, self.task = policy, task
+
+    def generate_chat(self, messages: list[dict], params: SamplingParams | None = None) -> Generation:
+        turn = sum(m["role"] == "assistant" for m in messages)
+        return Generation([], [], "stop", text=self.policy.act(self.task, messages[-1]["content"], turn))
+
+    async def agenerate_chat(self, messages: list[dict], params: SamplingParams | None = None) -> Generation:
+        return self.generate_chat(messages, params)
+
+    def generate(self, prompt_ids: list[int], params: SamplingParams | None = None) -> Generation:
+        raise TypeError("a policy engine takes the chat (generate_chat), not token ids")
+
+    async def agenerate(self, prompt_ids: list[int], params: SamplingParams | None = None) -> Generation:
+        return self.generate(prompt_ids, params)
+
+    def load_weights(self, state_dict) -> None:
+        raise TypeError(f"{type(self.policy).__name__} is a script: it has no weights to load")
+
+    def close(self) -> None:
+        pass
 
 
 def _finish() -> str:

@@ -63,6 +63,8 @@ class RemoteEngine:
     """The Engine protocol over an EngineActor. It pickles (a handle and a tokenizer), so a ModelAgent holding it
     can be shipped to rollout workers on other nodes."""
 
+    needs_messages = False
+
     def __init__(self, actor, tokenizer):
         self.actor, self.tokenizer = actor, tokenizer
 

@@ -5,8 +5,7 @@ the tool in the task's sandbox, and produces the patch: the workspace's diff aga
 the test files the grader owns.
 """
 
-from dataclasses import dataclass, field
-
+from patchgym.env.base import StepResult
 from patchgym.env.tools import install_tools, run_tool
 from patchgym.env.tools.calls import FormatError, parse_tool_call
 from patchgym.env.workspace import prepare_workspace
@@ -15,14 +14,9 @@ from patchgym.sandbox.pool import PoolSet
 from patchgym.tasks import Task
 
 
-@dataclass
-class StepResult:
-    observation: str
-    done: bool
-    info: dict = field(default_factory=dict)  # tool, exit_code, format_error
-
-
 class SWEEnv:
+    """The Env of SWE tasks: a sandbox per episode, the four tools, the workspace diff as the patch."""
+
     def __init__(self, config: SandboxConfig | None = None, *, command_timeout: float | None = None,
                  pools: PoolSet | None = None):
         """`pools`: take sandboxes from these warm pools (and give them back on close) instead of starting one."""
@@ -59,10 +53,9 @@ class SWEEnv:
             call = parse_tool_call(action_text)
         except FormatError as exc:
             self.format_errors += 1
-            return StepResult(str(exc), False, {"format_error": True, "tool": None, "exit_code": None})
+            return StepResult(str(exc), False, format_error=str(exc))
         result = run_tool(self.sandbox, call, timeout=self.command_timeout, python=self.config.python)
-        return StepResult(result.observation, result.done,
-                          {"format_error": False, "tool": call.name, "exit_code": result.exit_code})
+        return StepResult(result.observation, result.done, call=call, exit_code=result.exit_code)
 
     def patch(self) -> str:
         """The agent's change: git diff of the whole workspace against the starting commit, binary-safe."""

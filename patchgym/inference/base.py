@@ -49,22 +49,36 @@ class Generation:
         With the default params this is exactly the behaviour policy's logprob that PPO/IS ratios need.
     finish_reason: "stop" (a stop/eos token was sampled) or "length" (max_new_tokens or the model's context).
     exact: False when token_ids were re-tokenised from a remote server's text (it did not return its ids).
+    text: the completion's text, from an engine without a tokenizer (a scripted policy), which samples no ids.
     """
 
     token_ids: list[int]
     logprobs: list[float]
     finish_reason: str
     exact: bool = True
+    text: str | None = None
 
 
 class Engine(Protocol):
-    """What every engine (hf, vllm, openai) offers. `generate` is thread-safe; concurrent callers are batched."""
+    """What every engine (hf, vllm, openai) offers. `generate` is thread-safe; concurrent callers are batched.
 
-    tokenizer: Any  # a Hugging Face tokenizer that carries the chat template
+    An engine takes token ids (`generate`), or, when `needs_messages` is true, only the chat itself
+    (`generate_chat`: hosted chat APIs, and scripted policies, whose tokenizer is None and whose generations
+    carry `text` and no ids).
+    """
+
+    tokenizer: Any  # a Hugging Face tokenizer that carries the chat template; None for a text-only engine
+    needs_messages: bool
 
     def generate(self, prompt_ids: list[int], params: SamplingParams) -> Generation: ...
 
     async def agenerate(self, prompt_ids: list[int], params: SamplingParams) -> Generation: ...
+
+    def generate_chat(self, messages: list[dict], params: SamplingParams) -> Generation:
+        """One assistant turn after `messages`; called instead of `generate` when `needs_messages`."""
+        ...
+
+    async def agenerate_chat(self, messages: list[dict], params: SamplingParams) -> Generation: ...
 
     def load_weights(self, state_dict: Mapping[str, Any]) -> None:
         """Push new policy weights (a trainer's state_dict, or (name, tensor) pairs); takes effect at the next step."""

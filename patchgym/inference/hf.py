@@ -54,6 +54,8 @@ class HFEngine:
     steps, so a request in flight continues on the new weights (as vLLM's in-flight updates do).
     """
 
+    needs_messages = False
+
     def __init__(self, model, tokenizer, max_batch: int = 8, batch_wait_s: float = 0.005):
         self.model = model.eval()
         self.tokenizer = tokenizer

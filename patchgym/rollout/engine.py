@@ -7,6 +7,10 @@ grading sandbox that died) reruns the trajectory up to `retries` times; after th
 `infra_error`, never scored. Finished trajectories are appended to RUN/trajectories.jsonl; running again with the
 same RUN resumes: what is recorded is skipped. Ctrl-C cancels the episodes (their sandboxes are closed at once) and
 leaves the file with whole lines only.
+
+Episodes run in `SWEEnv`s and are graded by `grade_patch` in fresh sandboxes; `make_env` and `grader` replace
+either (any `Env`, any function of (task, patch, pools) -> Grade), which is how the fast test tier runs without
+sandboxes.
 """
 
 import asyncio
@@ -14,6 +18,7 @@ import contextlib
 import logging
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from patchgym.agent.loop import engine_generate
 from patchgym.agent.trajectory import Trajectory
 from patchgym.env.grading.grade import Grade
+from patchgym.env.base import Env
 from patchgym.env.grading.grader import grade_patch
 from patchgym.env.swe_env import SWEEnv
 from patchgym.inference import Generation, SamplingParams
@@ -33,6 +39,9 @@ from patchgym.sandbox.pool import PoolSet
 from patchgym.tasks import Task
 
 log = logging.getLogger(__name__)
+
+EnvFactory = Callable[[PoolSet], Env]  # an environment for one episode, given the run's warm pools
+Grader = Callable[[Task, str, PoolSet], Grade]  # blocking: it runs in a worker thread
 
 
 def trajectory_id(task: Task, sample: int, prefix: str = "") -> str:
@@ -65,8 +74,13 @@ class RolloutStats:
 
 class RolloutEngine:
     def __init__(self, agent: Agent, sandbox: SandboxConfig, config: RolloutConfig | None = None, *,
-                 run_dir: str | Path, progress: bool = True, grade: bool = True):
+                 run_dir: str | Path, progress: bool = True, grade: bool = True, make_env: EnvFactory | None = None,
+                 grader: Grader | None = None):
         self.agent, self.sandbox, self.config = agent, sandbox, config or RolloutConfig()
+        self.make_env = make_env or (lambda pools: SWEEnv(self.sandbox, pools=pools,
+                                                          command_timeout=self.agent.config.command_timeout_s))
+        self.grader = grader or (lambda task, patch, pools: grade_patch(
+            task, patch, self.sandbox, timeout=self.config.grade_timeout_s, pools=pools))
         self.run_dir = Path(run_dir)
         self.store = TrajectoryStore(self.run_dir / "trajectories.jsonl")
         self.progress, self.grade = progress, grade
@@ -140,7 +154,7 @@ class RolloutEngine:
 
     async def _episode(self, task: Task, pools: PoolSet, partial: Path) -> Trajectory:
         async with self._sandbox_slots:
-            env = SWEEnv(self.sandbox, command_timeout=self.agent.config.command_timeout_s, pools=pools)
+            env = self.make_env(pools)
             self.stats.sandboxes_in_use += 1
             self._refresh()
             try:
@@ -161,8 +175,7 @@ class RolloutEngine:
         async with self._sandbox_slots:
             self.stats.sandboxes_in_use += 1
             try:
-                grade = await asyncio.to_thread(grade_patch, task, trajectory.patch, self.sandbox,
-                                                timeout=self.config.grade_timeout_s, pools=pools)
+                grade = await asyncio.to_thread(self.grader, task, trajectory.patch, pools)
             finally:
                 self.stats.sandboxes_in_use -= 1
         trajectory.grade = grade

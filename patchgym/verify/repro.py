@@ -6,6 +6,7 @@ import re
 from collections.abc import Callable, Sequence
 
 from patchgym.agent.config import render
+from patchgym.agent.loop import engine_generate
 from patchgym.agent.tokens import prompt_ids
 from patchgym.tasks import Task
 from patchgym.verify.config import VerifierConfig
@@ -58,8 +59,5 @@ async def _one(engine, task: Task, index: int, config: VerifierConfig) -> str:
     if room < MIN_NEW_TOKENS:
         return ""
     params = config.repro_sampling.params(index, min(config.repro_sampling.max_new_tokens, room))
-    if getattr(engine, "needs_messages", False):
-        generation = await engine.agenerate_chat(messages, params)
-    else:
-        generation = await engine.agenerate(ids, params)
+    generation = await engine_generate(engine, ids, messages, params)
     return extract_code(engine.tokenizer.decode(generation.token_ids, skip_special_tokens=True))

@@ -19,6 +19,8 @@ class ScriptedEngine:
     It honours max_new_tokens (cutting the ids, finish_reason "length") and keeps every prompt it was given.
     """
 
+    needs_messages = False
+
     def __init__(self, tokenizer, actions: list[str]):
         self.tokenizer = tokenizer
         self.actions = list(actions)

@@ -88,6 +88,7 @@ def test_a_dead_sandbox_is_an_infra_error(scripted, tiny_task, sandbox_config, t
             """Wraps the fake engine; kills the sandbox before the second answer."""
 
             tokenizer = scripted([]).tokenizer
+            needs_messages = False
             inner = scripted([VIEW])
 
             def generate(self, prompt_ids, params):

@@ -38,9 +38,9 @@ def test_steps_run_tools_and_count_format_errors(env, tiny_task):
     viewed = env.step(render_call_xml(ToolCall("file_editor", {"command": "view", "path": "/testbed/calc/ops.py"})))
     assert "return left_operand - right_operand" in viewed.observation and not viewed.done
     bad = env.step("I think I should look at the code.")
-    assert bad.info["format_error"] and "<function=" in bad.observation
+    assert bad.format_error and "<function=" in bad.observation
     ran = env.step(bash("python -c 'from calc import add; print(add(2, 3))'"))
-    assert "-1" in ran.observation and ran.info["exit_code"] == 0
+    assert "-1" in ran.observation and ran.exit_code == 0
     assert env.step(render_call_xml(ToolCall("finish", {}))).done
     assert env.format_errors == 1 and env.steps == 4
 

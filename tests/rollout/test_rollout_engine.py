@@ -121,6 +121,7 @@ class SlowEngine:
     """A fake engine whose requests take a while; it records how many were in flight at once."""
 
     tokenizer = None
+    needs_messages = False
 
     def __init__(self):
         self.in_flight = self.peak = 0
