@@ -11,14 +11,13 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
 from patchgym.rl.config import AlgorithmConfig
-from patchgym.rl.losses import aggregate_loss, kl_penalty, policy_loss
+from patchgym.rl.losses import Denominators, aggregate_loss, kl_penalty, policy_loss
 from patchgym.train.batch import TrainSequence, collate, pack_micro_batches
 from patchgym.train.logprobs import final_hidden_states, sequence_logprobs
 from patchgym.train.prepare import (enable_gradient_checkpointing, full_state_dict, make_optimizer, make_scheduler,
@@ -29,14 +28,6 @@ __all__ = [  # the model and optimizer helpers of prepare.py are re-exported: on
     "make_scheduler", "maybe_lora", "policy_update", "sequence_logprobs", "sft_update", "shard_model",
     "split_mini_batches",
 ]
-
-
-@dataclass(frozen=True)
-class StepDenominators:
-    """Policy tokens and non-empty sequences of one optimizer step, over all ranks."""
-
-    tokens: float
-    seqs: float
 
 
 # Token-weighted metrics of policy_loss (and entropy) that every policy update reports.
@@ -78,14 +69,14 @@ def split_mini_batches(count: int, mini_batches: int) -> list[range]:
 
 
 def step_denominators_of(sequences: Sequence[TrainSequence], process_group=None,
-                         device: torch.device | str = "cpu") -> StepDenominators:
+                         device: torch.device | str = "cpu") -> Denominators:
     """Policy tokens and non-empty sequences of `sequences`, summed over the ranks of `process_group` (the counts
-    travel on `device`: NCCL reduces only GPU tensors)."""
+    travel on `device`: NCCL reduces only GPU tensors); L_const, where used, is the algorithm's."""
     counts = torch.tensor([sum(s.policy_tokens for s in sequences), sum(s.policy_tokens > 0 for s in sequences)],
                           dtype=torch.float64, device=device)
     if process_group is not None:
         dist.all_reduce(counts, group=process_group)
-    return StepDenominators(tokens=float(counts[0]), seqs=float(counts[1]))
+    return Denominators(tokens=float(counts[0]), seqs=float(counts[1]))
 
 
 def accumulate_policy_gradients(
@@ -245,7 +236,7 @@ def _old_logprobs(model: nn.Module, sequences: Sequence[TrainSequence], indices:
     return old
 
 
-def _aggregate(per_token: Tensor, mask: Tensor, algo: AlgorithmConfig, den: StepDenominators) -> Tensor:
+def _aggregate(per_token: Tensor, mask: Tensor, algo: AlgorithmConfig, den: Denominators) -> Tensor:
     """A per-token term (KL, entropy) reduced as the policy loss is: same mode, same step-wide denominators."""
     return aggregate_loss(per_token, mask, algo.loss_agg_mode, algo.norm_constant, global_tokens=den.tokens,
                           global_seqs=den.seqs)
