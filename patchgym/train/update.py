@@ -10,7 +10,7 @@ after the backward passes, because each rank's loss is already its share of the 
 import math
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 import torch.distributed as dist
@@ -95,9 +95,7 @@ def accumulate_policy_gradients(
     `old_logprobs` (one [len] tensor per sequence) default to the current model's, detached: exact while the
     weights have not changed since the rollouts, and free. Returns this rank's part of the loss.
     """
-    device = _device(model)
-    den = step_denominators_of(sequences, process_group, device)
-    pad_id = _pad_id(model)
+    den = step_denominators_of(sequences, process_group, _device(model))
     total = 0.0
     # A row with advantage 0 adds exactly nothing to the clipped policy-gradient loss or its gradient; it still
     # counts in the denominators (den, above). Without KL or entropy terms its forward and backward are skipped.
@@ -108,13 +106,9 @@ def accumulate_policy_gradients(
         tally.add("skipped_zero_advantage", float(len(skipped)))
         tally.add("_skipped_tokens", float(sum(s.policy_tokens for s in skipped)))
     ran = False
-    for group in _plan(model, [sequences[i] for i in work], micro_token_budget, process_group):
-        if not group:
-            _idle_pass(model)
-            continue
+    for rows, batch in _micro_batches(model, [sequences[i] for i in work], micro_token_budget, process_group):
         ran = True
-        group = [work[j] for j in group]
-        batch = {k: v.to(device) for k, v in collate([sequences[i] for i in group], pad_id).items()}
+        group = [work[j] for j in rows]
         mask = batch["loss_mask"]
         need_entropy_grad = algo.entropy_coef > 0
         logprobs, entropy = sequence_logprobs(model, batch["input_ids"], batch["attention_mask"], positions=mask,
@@ -201,11 +195,7 @@ def sft_update(
     _sum_fsdp_gradients(model)
     den = step_denominators_of(sequences, process_group, _device(model))
     tally = _Tally()
-    for group in _plan(model, sequences, micro_token_budget, process_group):
-        if not group:
-            _idle_pass(model)
-            continue
-        batch = {k: v.to(_device(model)) for k, v in collate([sequences[i] for i in group], _pad_id(model)).items()}
+    for _, batch in _micro_batches(model, sequences, micro_token_budget, process_group):
         mask = batch["loss_mask"]
         logprobs = sequence_logprobs(model, batch["input_ids"], batch["attention_mask"], positions=mask)
         loss = aggregate_loss(-logprobs, mask, "token-mean", global_tokens=den.tokens)
@@ -224,14 +214,10 @@ def _old_logprobs(model: nn.Module, sequences: Sequence[TrainSequence], indices:
     chosen = [sequences[i] for i in indices]
     old: dict[int, Tensor] = {}
     with torch.no_grad():
-        for group in _plan(model, chosen, micro_token_budget, process_group):
-            if not group:
-                _idle_pass(model)
-                continue
-            batch = {k: v.to(_device(model)) for k, v in collate([chosen[j] for j in group], _pad_id(model)).items()}
+        for rows, batch in _micro_batches(model, chosen, micro_token_budget, process_group):
             logprobs = sequence_logprobs(model, batch["input_ids"], batch["attention_mask"],
                                          positions=batch["loss_mask"])
-            for row, j in enumerate(group):
+            for row, j in enumerate(rows):
                 old[indices[j]] = logprobs[row, :len(chosen[j])]
     return old
 
@@ -240,6 +226,19 @@ def _aggregate(per_token: Tensor, mask: Tensor, algo: AlgorithmConfig, den: Deno
     """A per-token term (KL, entropy) reduced as the policy loss is: same mode, same step-wide denominators."""
     return aggregate_loss(per_token, mask, algo.loss_agg_mode, algo.norm_constant, global_tokens=den.tokens,
                           global_seqs=den.seqs)
+
+
+def _micro_batches(model: nn.Module, sequences: Sequence[TrainSequence], micro_token_budget: int,
+                   process_group) -> Iterator[tuple[list[int], dict[str, Tensor]]]:
+    """Each micro-batch of `sequences`: the indices of its rows, and their collated tensors on the model's device.
+    The empty micro-batches that pad this rank to the most any rank has (under FSDP, see _plan) are run here as
+    idle passes and not yielded."""
+    device, pad_id = _device(model), _pad_id(model)
+    for rows in _plan(model, sequences, micro_token_budget, process_group):
+        if not rows:
+            _idle_pass(model)
+            continue
+        yield rows, {k: v.to(device) for k, v in collate([sequences[i] for i in rows], pad_id).items()}
 
 
 def _plan(model: nn.Module, sequences: Sequence[TrainSequence], micro_token_budget: int,
