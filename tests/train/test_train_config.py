@@ -9,7 +9,9 @@ from patchgym.config import ConfigError, load_config
 from patchgym.rl.config import AlgorithmConfig, load_preset, preset_path
 from patchgym.tasks import write_tasks
 from patchgym.train.loop import Trainer, TrainError
-from patchgym.train.schedule import LoopState, draw_tasks, enter_stage, pass_order, record_outcomes, stage_of
+from patchgym.agent.config import AgentConfig
+from patchgym.train.schedule import (LoopState, StageSettings, draw_tasks, enter_stage, pass_order, record_outcomes,
+                                     stage_of, stage_settings)
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -70,6 +72,16 @@ def test_stage_boundaries():
     assert [stage_of(n, [2, 3], 3) for n in range(1, 8)] == [0, 0, 1, 1, 1, 2, 2]
     assert [stage_of(n, [], 1) for n in (1, 100)] == [0, 0]
     assert stage_of(5, [], 0) == 0
+
+
+def test_a_stage_runs_with_its_limits_and_clip_high():
+    algo = AlgorithmConfig(stages=[{"max_turns": 4, "max_context_tokens": 64, "clip_high": 0.28},
+                                   {"max_turns": 8, "max_context_tokens": 128}])
+    agent = AgentConfig()
+    first, second = stage_settings(agent, algo, 0), stage_settings(agent, algo, 1)
+    assert (first.agent.max_steps, first.agent.max_context_tokens, first.algorithm.clip_high) == (4, 64, 0.28)
+    assert first.max_turns == 4 and second.max_turns == 8 and second.algorithm.clip_high == algo.clip_high
+    assert stage_settings(agent, AlgorithmConfig(), 0) == StageSettings(agent, AlgorithmConfig(), agent.max_steps)
 
 
 def test_curriculum_stage_keeps_tasks_neither_too_easy_nor_never_solved():
