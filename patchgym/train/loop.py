@@ -199,40 +199,20 @@ class Trainer:
         return by_id
 
     def _check(self) -> None:
-        """Settings that are valid one by one but not together."""
-        train, algo, agent = self.train, self.algo, self.config.agent
+        """Settings that fit the config (Config checks those that clash with each other) but not this run: its
+        engine, its tasks, its processes."""
+        train = self.train
         if self.config.inference.engine not in ("hf", "vllm"):
             raise TrainError("inference.engine: train needs 'hf' or 'vllm' (the trainer pushes new weights into the "
                              "engine)")
         if train.tasks_per_iteration > len(self.tasks):
             raise TrainError(f"train.tasks_per_iteration ({train.tasks_per_iteration}) is more than the "
                              f"{len(self.tasks)} tasks in '{train.tasks}'")
-        if algo.stages and len(train.stage_iterations) != len(algo.stages) - 1:
-            raise TrainError(f"train.stage_iterations needs {len(algo.stages) - 1} entries (one per algorithm.stages "
-                             f"entry but the last), got {train.stage_iterations}")
-        if not algo.stages and train.stage_iterations:
-            raise TrainError("train.stage_iterations is set but algorithm.stages is empty")
-        threshold = algo.turn_penalty_threshold
-        if threshold is not None and not algo.stages and agent.max_steps <= threshold:
-            raise TrainError(f"agent.max_steps ({agent.max_steps}) must exceed algorithm.turn_penalty_threshold "
-                             f"({threshold}): it is T_max of the turn penalty")
-        if self.staleness and algo.stages:
-            raise TrainError("rollout.max_staleness > 0 with algorithm.stages: a stage's curriculum reads outcomes "
-                             "of iterations that have not trained yet; use max_staleness 0")
-        if self.staleness and algo.tis_cap is None:
-            raise TrainError("rollout.max_staleness > 0 needs algorithm.tis_cap: stale samples come from an older "
-                             "policy, which truncated importance sampling corrects for")
-        if self.config.cluster.backend == "ray" and self.staleness:
-            # Workers get a snapshot of the agent: its policy-version gate cannot hold their generations back while
-            # the trainer pushes weights, so rollouts running ahead would be stamped with wrong versions.
-            raise TrainError("rollout.max_staleness > 0 is not supported with cluster.backend=ray yet: set it to 0")
         if self.config.cluster.backend == "ray" and self.dist.world > 1:
             raise TrainError("cluster.backend=ray trains in one TrainerWorker actor: run it without torchrun "
                              "(WORLD_SIZE 1), so train.fsdp has nothing to shard; or use cluster.backend=local")
         if train.fsdp and train.lora is not None and self.dist.world > 1:
             raise TrainError("train.fsdp with train.lora is not supported: shard full fine-tuning only")
-        if train.bf16 and not str(self.config.inference.device).startswith("cuda"):
-            raise TrainError(f"train.bf16 needs a CUDA inference.device, got '{self.config.inference.device}'")
 
     def _prepare_run_dir(self, resume: bool) -> Path | None:
         """The checkpoint to start from (None: from the model spec); refuses to overwrite a run without resume.
