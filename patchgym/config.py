@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, TypeVar, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from patchgym.agent.config import AgentConfig
 from patchgym.cluster.config import ClusterConfig
@@ -44,6 +44,34 @@ class Config(BaseModel):
     algorithm: AlgorithmConfig = AlgorithmConfig()
     verifier: VerifierConfig = VerifierConfig()
     cluster: ClusterConfig = ClusterConfig()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Config":
+        """Training settings that are valid one by one but not together. (What also needs the tasks file or the
+        processes of a run, the trainer checks at its start.)"""
+        train, algo, agent, staleness = self.train, self.algorithm, self.agent, self.rollout.max_staleness
+        if algo.stages and len(train.stage_iterations) != len(algo.stages) - 1:
+            raise ValueError(f"train.stage_iterations needs {len(algo.stages) - 1} entries (one per algorithm.stages "
+                             f"entry but the last), got {train.stage_iterations}")
+        if not algo.stages and train.stage_iterations:
+            raise ValueError("train.stage_iterations is set but algorithm.stages is empty")
+        threshold = algo.turn_penalty_threshold
+        if threshold is not None and not algo.stages and agent.max_steps <= threshold:
+            raise ValueError(f"agent.max_steps ({agent.max_steps}) must exceed algorithm.turn_penalty_threshold "
+                             f"({threshold}): it is T_max of the turn penalty")
+        if staleness and algo.stages:
+            raise ValueError("rollout.max_staleness > 0 with algorithm.stages: a stage's curriculum reads outcomes "
+                             "of iterations that have not trained yet; use max_staleness 0")
+        if staleness and algo.tis_cap is None:
+            raise ValueError("rollout.max_staleness > 0 needs algorithm.tis_cap: stale samples come from an older "
+                             "policy, which truncated importance sampling corrects for")
+        if self.cluster.backend == "ray" and staleness:
+            # Workers get a snapshot of the agent: its policy-version gate cannot hold their generations back while
+            # the trainer pushes weights, so rollouts running ahead would be stamped with wrong versions.
+            raise ValueError("rollout.max_staleness > 0 is not supported with cluster.backend=ray yet: set it to 0")
+        if train.bf16 and not str(self.inference.device).startswith("cuda"):
+            raise ValueError(f"train.bf16 needs a CUDA inference.device, got '{self.inference.device}'")
+        return self
 
 
 def load_config(
@@ -146,6 +174,8 @@ def _describe(err: dict, origins: dict[KeyPath, str], model: type[BaseModel]) ->
     if err["type"] == "missing":
         return f"{head}: required key is missing"
     msg = err["msg"].removeprefix("Value error, ")  # our validators' own words need no pydantic preamble
+    if not loc:  # a check across sections (Config._consistent): its message names the keys
+        return msg
     expected = f"should be {msg.removeprefix('Input should be ')}" if msg.startswith("Input should be ") else msg
     return f"{head}: got {_show(err['input'])}, {expected}"
 

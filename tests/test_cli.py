@@ -44,6 +44,11 @@ def test_bad_override_is_a_clear_error_not_a_traceback():
     assert "Traceback" not in result.stdout
 
 
+
+def test_doctor_names_settings_that_clash():
+    result = runner.invoke(app, ["doctor", "train.bf16=true"])
+    assert result.exit_code == 2 and "train.bf16 needs a CUDA inference.device" in result.stdout
+
 @pytest.mark.parametrize("name", ["docker", "local"])
 def test_smoke_fixes_a_bug_in_a_sandbox(name, backend):
     if name != backend:

@@ -86,7 +86,7 @@ def batch_whitened_advantage(rewards: Tensor, groups: GroupStats, eps: float) ->
 def compute_advantages(
     estimator: str,
     rewards: Tensor,
-    group_ids: Sequence[Hashable],
+    group_ids: Sequence[Hashable] | Tensor,
     valid: Tensor | None = None,
     *,
     eps: float = 1e-6,
@@ -94,20 +94,22 @@ def compute_advantages(
 ) -> Tensor:
     """One advantage per trajectory, in the dtype of `rewards`.
 
-    `valid` (bool, default all True) marks trajectories that take loss. With `invalid_as_zero` (rLLM) an invalid
+    `group_ids` are compared by value (strings, numbers, tuples, or a 1-D tensor of them). `valid` (bool, default
+    all True) marks trajectories that take loss. With `invalid_as_zero` (rLLM) an invalid
     trajectory stays in its group's statistics with reward 0; without it, it is left out of them. Either way its
     own advantage is 0.
     """
     if estimator not in ADVANTAGE_ESTIMATORS:
         raise ValueError(f"unknown advantage estimator {estimator!r}; known: {', '.join(sorted(ADVANTAGE_ESTIMATORS))}")
-    if rewards.ndim != 1 or len(group_ids) != rewards.numel():
+    index = _group_index(group_ids)
+    if rewards.ndim != 1 or index.numel() != rewards.numel():
         raise ValueError(f"need 1-D rewards and one group id each; got shape {tuple(rewards.shape)}, "
-                         f"{len(group_ids)} group ids")
+                         f"{index.numel()} group ids")
     valid = torch.ones_like(rewards, dtype=torch.bool) if valid is None else valid.bool()
     counted = torch.ones_like(valid) if invalid_as_zero else valid
     # float64 so that a group of equal rewards is not turned into rounding noise divided by a tiny std.
     stat_rewards = torch.where(valid, rewards.double(), 0.0)
-    groups = group_stats(stat_rewards, _group_index(group_ids), counted, valid)
+    groups = group_stats(stat_rewards, index, counted, valid)
     advantages = ADVANTAGE_ESTIMATORS[estimator](stat_rewards, groups, eps)
     return torch.where(groups.trained, advantages, 0.0).to(rewards.dtype)
 
@@ -135,6 +137,20 @@ def _group_extreme(rewards: Tensor, index: Tensor, counted: Tensor, num_groups: 
     return out.scatter_reduce(0, index, values, reduce=reduce)[index]
 
 
-def _group_index(group_ids: Sequence[Hashable]) -> Tensor:
+def _group_index(group_ids: Sequence[Hashable] | Tensor) -> Tensor:
+    """Each trajectory's group number, in order of first appearance. A tensor element hashes by identity, not by
+    value (every trajectory would be a group of its own, all advantages 0), so a tensor (or array) is read as its
+    values, and ids that cannot be compared by value are refused."""
+    if hasattr(group_ids, "tolist"):  # a torch tensor or a numpy array
+        if group_ids.ndim != 1:
+            raise TypeError(f"group ids as a tensor must be 1-D, got shape {tuple(group_ids.shape)}")
+        group_ids = group_ids.tolist()
+    if not isinstance(group_ids, Sequence):
+        raise TypeError(f"group ids must be a sequence (list, tuple, 1-D tensor), got a {type(group_ids).__name__}")
     positions: dict[Hashable, int] = {}
-    return torch.tensor([positions.setdefault(g, len(positions)) for g in group_ids], dtype=torch.long)
+    index = []
+    for g in group_ids:
+        if isinstance(g, Tensor):
+            raise TypeError("group ids must be values, not tensors (which hash by identity): pass ids.tolist()")
+        index.append(positions.setdefault(g, len(positions)))
+    return torch.tensor(index, dtype=torch.long)

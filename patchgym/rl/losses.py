@@ -17,11 +17,12 @@ LOG_RATIO_LIMIT = 20.0  # verl clamps log-ratios to +-20 so exp() cannot overflo
 
 @dataclass(frozen=True)
 class Denominators:
-    """What a reduction divides by: masked tokens and non-empty sequences of the whole step, and L_const."""
+    """What a reduction divides by: masked tokens and non-empty sequences of the whole optimizer step (over all
+    data-parallel ranks), and L_const where the aggregation uses one."""
 
     tokens: float
     seqs: float
-    norm_constant: float | None
+    norm_constant: float | None = None
 
 
 Aggregator = Callable[[Tensor, Tensor, Denominators], Tensor]  # (row sums of m*l, row token counts, denominators)

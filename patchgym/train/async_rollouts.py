@@ -16,7 +16,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,19 +25,18 @@ from patchgym.rollout.agents import Agent
 from patchgym.tasks import Task
 
 
-@dataclass
+@dataclass(frozen=True)
 class RolloutBatch:
-    """One iteration's rollouts: all trajectories, the batch to train on, generation rounds, filter counts, tokens
-    sampled here, the task stream position after its draws, curriculum counts, and its wall time."""
+    """One iteration's rollouts, as the trainer's producer hands them over."""
 
-    trajectories: list[Trajectory]
-    batch: list[Trajectory]
-    rounds: int
-    filters: dict
-    sampled_tokens: int
-    drawn: int
-    curriculum: dict
-    seconds: float
+    trajectories: list[Trajectory]  # every one played, infrastructure errors included
+    batch: list[Trajectory]  # those to train on (with dynamic sampling, the groups it kept)
+    rounds: int  # generation rounds
+    filters: dict  # counts of the filters applied while generating ({} without any)
+    sampled_tokens: int  # tokens the engine sampled for these rollouts
+    drawn: int  # the task stream's position after their draws
+    curriculum: dict = field(default_factory=dict)  # counts of the stage entered before them ({} without one)
+    seconds: float = 0.0  # wall time, stage entry included (set by the producer once they are done)
 
 
 class PolicyVersions:

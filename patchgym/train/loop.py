@@ -15,16 +15,15 @@ actor (patchgym.cluster.ray_trainer) behind the same calls as the in-process one
 
 import random
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 from rich.console import Console
 
-from patchgym.agent.config import AgentConfig
 from patchgym.agent.trajectory import Trajectory
 from patchgym.cluster import make_engine, make_rollouts
 from patchgym.config import Config, dump_config
-from patchgym.rl.config import AlgorithmConfig
 from patchgym.rl.shaping import dynamic_sampling, groups_still_needed
 from patchgym.rollout import ModelAgent
 from patchgym.tasks import Task, TaskError, read_tasks
@@ -33,7 +32,8 @@ from patchgym.train.async_rollouts import (PolicyVersions, RolloutBatch, Rollout
 from patchgym.train.checkpoint import latest_checkpoint
 from patchgym.train.distributed import Distributed, shard_sequences
 from patchgym.train.metrics import MetricsLog, advantage_stats, reward_stats, rollout_stats, update_metrics
-from patchgym.train.schedule import LoopState, draw_tasks, enter_stage, record_outcomes, stage_of
+from patchgym.train.schedule import (LoopState, StageSettings, draw_tasks, enter_stage, record_outcomes, stage_of,
+                                     stage_settings)
 from patchgym.train.selection import group_of, select_training_batch, to_sample
 from patchgym.train.policy import LocalPolicy
 
@@ -93,16 +93,16 @@ class Trainer:
             state.drawn = rollouts.drawn
             record_outcomes(state, [(x.task_id, x.resolved) for x in rollouts.trajectories
                                     if x.termination != "infra_error"])
-            _, algo, max_turns = self._stage_settings(state.stage)
-            rewards, advantages, sequences = select_training_batch(rollouts.batch, algo, max_turns, rollouts.filters)
+            settings = stage_settings(self.config.agent, self.algo, state.stage)
+            rewards, advantages, sequences = select_training_batch(rollouts.batch, settings.algorithm,
+                                                                   settings.max_turns, rollouts.filters)
             random.shuffle(sequences)  # mixes groups across the K mini-batches; the RNG is checkpointed
             shards = [(state.stage, shard) for shard in shard_sequences(sequences, self.train.mini_batches,
                                                                          self.dist.world)]
         state.stage, mine = self.dist.scatter(shards)
-        _, algo, _ = self._stage_settings(state.stage)
 
         t = time.monotonic()
-        update = self.policy.update(mine, algo)
+        update = self.policy.update(mine, stage_settings(self.config.agent, self.algo, state.stage).algorithm)
         training_s = time.monotonic() - t
         state.optimizer_steps += self.train.mini_batches
 
@@ -135,15 +135,16 @@ class Trainer:
         draws = self.state if self.staleness == 0 else self._draws
         began = time.monotonic()
         curriculum = self._maybe_enter_stage(draws, n)
-        agent_config, algo, _ = self._stage_settings(draws.stage)
-        collected = self._collect(draws, n, agent_config, algo)
-        return RolloutBatch(*collected, draws.drawn, curriculum, time.monotonic() - began)
+        rollouts = self._collect(draws, n, stage_settings(self.config.agent, self.algo, draws.stage))
+        return replace(rollouts, curriculum=curriculum, seconds=time.monotonic() - began)
 
-    def _collect(self, state: LoopState, n: int, agent_config: AgentConfig, algo: AlgorithmConfig):
-        """Rollouts of this iteration: (all trajectories, the batch to train on, rounds, filter counts, tokens
-        sampled here). With dynamic sampling, more tasks are drawn until tasks_per_iteration groups have
-        0 < resolved < G, for at most max_generation_rounds rounds; round r > 0 prefixes its ids with 'round<r>/'."""
-        agent = VersionedAgent(ModelAgent(self.engine, agent_config, model=self.config.inference.model), self.versions)
+    def _collect(self, state: LoopState, n: int, settings: StageSettings) -> RolloutBatch:
+        """Rollouts of this iteration, played and trained with `settings`. With dynamic sampling, more tasks are
+        drawn until tasks_per_iteration groups have 0 < resolved < G, for at most max_generation_rounds rounds;
+        round r > 0 prefixes its ids with 'round<r>/'."""
+        algo = settings.algorithm
+        agent = VersionedAgent(ModelAgent(self.engine, settings.agent, model=self.config.inference.model),
+                               self.versions)
         rollouts = make_rollouts(self.config, agent, run_dir=self.out / "rollouts" / f"iter-{n}",
                                  progress=self.progress)
         want, G = self.train.tasks_per_iteration, self.train.samples_per_task
@@ -159,7 +160,8 @@ class Trainer:
             rounds += 1
             everything += fresh
             if not algo.dynamic_sampling:
-                return everything, everything, rounds, {}, sampled_tokens
+                return RolloutBatch(trajectories=everything, batch=everything, rounds=rounds, filters={},
+                                    sampled_tokens=sampled_tokens, drawn=state.drawn)
             samples = [to_sample(x) for x in fresh if x.termination != "infra_error"]
             kept, round_counts = dynamic_sampling(samples)
             kept_groups.update(dict.fromkeys(s.group_id for s in kept))
@@ -167,7 +169,8 @@ class Trainer:
             needed = groups_still_needed(len(kept_groups), want, rounds, algo.max_generation_rounds)
         batch_groups = set(list(kept_groups)[:want])
         batch = [x for x in everything if group_of(x) in batch_groups]
-        return everything, batch, rounds, {"dynamic_sampling": counts}, sampled_tokens
+        return RolloutBatch(trajectories=everything, batch=batch, rounds=rounds, filters={"dynamic_sampling": counts},
+                            sampled_tokens=sampled_tokens, drawn=state.drawn)
 
     def _maybe_enter_stage(self, state: LoopState, n: int) -> dict[str, int]:
         if not self.algo.stages:
@@ -183,17 +186,6 @@ class Trainer:
                       soft_wrap=True)
         return counts
 
-    def _stage_settings(self, stage: int) -> tuple[AgentConfig, AlgorithmConfig, int]:
-        """The agent and algorithm of a stage, and T_max of the turn penalty."""
-        agent, algo = self.config.agent, self.algo
-        if not algo.stages:
-            return agent, algo, agent.max_steps
-        s = algo.stages[stage]
-        agent = agent.model_copy(update={"max_steps": s.max_turns, "max_context_tokens": s.max_context_tokens})
-        if s.clip_high is not None:
-            algo = algo.model_copy(update={"clip_high": s.clip_high})
-        return agent, algo, s.max_turns
-
     def _read_tasks(self) -> dict[str, Task]:
         if not self.train.tasks:
             raise TrainError("train.tasks is not set: give a tasks JSONL, e.g. train.tasks=runs/demo-tasks/tasks.jsonl")
@@ -207,40 +199,20 @@ class Trainer:
         return by_id
 
     def _check(self) -> None:
-        """Settings that are valid one by one but not together."""
-        train, algo, agent = self.train, self.algo, self.config.agent
+        """Settings that fit the config (Config checks those that clash with each other) but not this run: its
+        engine, its tasks, its processes."""
+        train = self.train
         if self.config.inference.engine not in ("hf", "vllm"):
             raise TrainError("inference.engine: train needs 'hf' or 'vllm' (the trainer pushes new weights into the "
                              "engine)")
         if train.tasks_per_iteration > len(self.tasks):
             raise TrainError(f"train.tasks_per_iteration ({train.tasks_per_iteration}) is more than the "
                              f"{len(self.tasks)} tasks in '{train.tasks}'")
-        if algo.stages and len(train.stage_iterations) != len(algo.stages) - 1:
-            raise TrainError(f"train.stage_iterations needs {len(algo.stages) - 1} entries (one per algorithm.stages "
-                             f"entry but the last), got {train.stage_iterations}")
-        if not algo.stages and train.stage_iterations:
-            raise TrainError("train.stage_iterations is set but algorithm.stages is empty")
-        threshold = algo.turn_penalty_threshold
-        if threshold is not None and not algo.stages and agent.max_steps <= threshold:
-            raise TrainError(f"agent.max_steps ({agent.max_steps}) must exceed algorithm.turn_penalty_threshold "
-                             f"({threshold}): it is T_max of the turn penalty")
-        if self.staleness and algo.stages:
-            raise TrainError("rollout.max_staleness > 0 with algorithm.stages: a stage's curriculum reads outcomes "
-                             "of iterations that have not trained yet; use max_staleness 0")
-        if self.staleness and algo.tis_cap is None:
-            raise TrainError("rollout.max_staleness > 0 needs algorithm.tis_cap: stale samples come from an older "
-                             "policy, which truncated importance sampling corrects for")
-        if self.config.cluster.backend == "ray" and self.staleness:
-            # Workers get a snapshot of the agent: its policy-version gate cannot hold their generations back while
-            # the trainer pushes weights, so rollouts running ahead would be stamped with wrong versions.
-            raise TrainError("rollout.max_staleness > 0 is not supported with cluster.backend=ray yet: set it to 0")
         if self.config.cluster.backend == "ray" and self.dist.world > 1:
             raise TrainError("cluster.backend=ray trains in one TrainerWorker actor: run it without torchrun "
                              "(WORLD_SIZE 1), so train.fsdp has nothing to shard; or use cluster.backend=local")
         if train.fsdp and train.lora is not None and self.dist.world > 1:
             raise TrainError("train.fsdp with train.lora is not supported: shard full fine-tuning only")
-        if train.bf16 and not str(self.config.inference.device).startswith("cuda"):
-            raise TrainError(f"train.bf16 needs a CUDA inference.device, got '{self.config.inference.device}'")
 
     def _prepare_run_dir(self, resume: bool) -> Path | None:
         """The checkpoint to start from (None: from the model spec); refuses to overwrite a run without resume.

@@ -1,4 +1,5 @@
-"""What each training iteration works on: the loop state a checkpoint keeps, the seeded task stream, and stages.
+"""What each training iteration works on: the loop state a checkpoint keeps, the seeded task stream, and stages
+(when each starts, its curriculum, and the agent and algorithm it runs with).
 
 Everything here is a pure function of the saved state and the config, so a resumed run draws exactly the tasks
 (and enters exactly the stages) the interrupted one would have.
@@ -8,6 +9,7 @@ import random
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from patchgym.agent.config import AgentConfig
 from patchgym.rl.config import AlgorithmConfig
 from patchgym.rl.shaping import curriculum_filter
 
@@ -66,6 +68,28 @@ def stage_of(iteration: int, stage_iterations: list[int], num_stages: int) -> in
         if iteration <= end:
             return stage
     return max(num_stages - 1, 0)
+
+
+@dataclass(frozen=True)
+class StageSettings:
+    """What a stage runs with: the agent that plays its rollouts, the algorithm that trains on them, and T_max of
+    the turn penalty."""
+
+    agent: AgentConfig
+    algorithm: AlgorithmConfig
+    max_turns: int
+
+
+def stage_settings(agent: AgentConfig, algo: AlgorithmConfig, stage: int) -> StageSettings:
+    """The settings of `stage`: `agent` and `algo` with the stage's limits and clip_high (as they are without
+    algorithm.stages)."""
+    if not algo.stages:
+        return StageSettings(agent, algo, agent.max_steps)
+    s = algo.stages[stage]
+    agent = agent.model_copy(update={"max_steps": s.max_turns, "max_context_tokens": s.max_context_tokens})
+    if s.clip_high is not None:
+        algo = algo.model_copy(update={"clip_high": s.clip_high})
+    return StageSettings(agent, algo, s.max_turns)
 
 
 def enter_stage(state: LoopState, stage: int, algo: AlgorithmConfig) -> dict[str, int]:

@@ -9,16 +9,15 @@ after the backward passes, because each rank's loss is already its share of the 
 
 import math
 import time
-from collections import defaultdict
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, fields
 
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
 from patchgym.rl.config import AlgorithmConfig
-from patchgym.rl.losses import aggregate_loss, kl_penalty, policy_loss
+from patchgym.rl.losses import Denominators, aggregate_loss, kl_penalty, policy_loss
 from patchgym.train.batch import TrainSequence, collate, pack_micro_batches
 from patchgym.train.logprobs import final_hidden_states, sequence_logprobs
 from patchgym.train.prepare import (enable_gradient_checkpointing, full_state_dict, make_optimizer, make_scheduler,
@@ -27,44 +26,57 @@ from patchgym.train.prepare import (enable_gradient_checkpointing, full_state_di
 __all__ = [  # the model and optimizer helpers of prepare.py are re-exported: one import for a training loop
     "accumulate_policy_gradients", "enable_gradient_checkpointing", "full_state_dict", "make_optimizer",
     "make_scheduler", "maybe_lora", "policy_update", "sequence_logprobs", "sft_update", "shard_model",
-    "split_mini_batches",
+    "split_mini_batches", "UpdateTally",
 ]
 
 
-@dataclass(frozen=True)
-class StepDenominators:
-    """Policy tokens and non-empty sequences of one optimizer step, over all ranks."""
-
-    tokens: float
-    seqs: float
-
-
-# Token-weighted metrics of policy_loss (and entropy) that every policy update reports.
+# Token-weighted metrics of policy_loss (and entropy) that every policy update reports; TOKEN_METRICS adds the
+# ones reported where computed.
 POLICY_METRICS = ("clip_frac_low", "clip_frac_high", "clip_frac_dual", "ratio_mean", "approx_kl", "entropy")
+TOKEN_METRICS = (*POLICY_METRICS, "rollout_logprob_gap", "tis_weight_mean", "kl")
 
 
-class _Tally:
-    """Token-weighted sums of per-micro-batch metrics, reduced over ranks once at the end."""
+@dataclass
+class UpdateTally:
+    """One update's sums over its micro-batches and optimizer steps, reduced over the ranks once at the end.
 
-    def __init__(self) -> None:
-        self.sums: dict[str, float] = defaultdict(float)
+    The per-token means of a micro-batch (clip_frac_low .. kl) are added weighted by its policy tokens, whose sum
+    is `weight`; every rank holds the same fields, so the reduction is one flat all-reduce.
+    """
 
-    def add_weighted(self, metrics: dict[str, float], weight: float) -> None:
-        for name, value in metrics.items():
-            if name != "tokens":
-                self.sums[name] += value * weight
-        self.sums["_weight"] += weight
+    loss: float = 0.0  # summed over optimizer steps
+    grad_norm: float = 0.0  # pre-clip norm, summed over optimizer steps (and ranks, which all see the same one)
+    weight: float = 0.0  # policy tokens of the micro-batches run
+    input_tokens: float = 0.0  # tokens that went through the model
+    micro_batches: float = 0.0  # run (idle passes not counted)
+    skipped_zero_advantage: float = 0.0  # rows skipped because their advantage is 0
+    skipped_tokens: float = 0.0  # their policy tokens
+    clip_frac_low: float = 0.0
+    clip_frac_high: float = 0.0
+    clip_frac_dual: float = 0.0
+    ratio_mean: float = 0.0
+    approx_kl: float = 0.0
+    entropy: float = 0.0
+    rollout_logprob_gap: float = 0.0
+    tis_weight_mean: float = 0.0  # with algorithm.tis_cap
+    kl: float = 0.0  # with algorithm.kl_coef > 0
 
-    def add(self, name: str, value: float) -> None:
-        self.sums[name] += value
+    def add_micro_batch(self, token_means: dict[str, float], policy_tokens: float, input_tokens: float) -> None:
+        """One micro-batch's per-token means (policy_loss's metrics, entropy, kl), weighted by its policy tokens."""
+        for name in TOKEN_METRICS:
+            setattr(self, name, getattr(self, name) + token_means.get(name, 0.0) * policy_tokens)
+        self.weight += policy_tokens
+        self.input_tokens += input_tokens
+        self.micro_batches += 1
 
-    def reduce(self, process_group, device: torch.device) -> dict[str, float]:
-        names = sorted(self.sums)
-        if process_group is not None:
-            values = torch.tensor([self.sums[n] for n in names], dtype=torch.float64, device=device)
-            dist.all_reduce(values, group=process_group)
-            self.sums = dict(zip(names, values.tolist()))
-        return dict(self.sums)
+    def reduce(self, process_group, device: torch.device) -> "UpdateTally":
+        """The sums over the ranks of `process_group` (this tally itself without one)."""
+        if process_group is None:
+            return self
+        names = [f.name for f in fields(self)]
+        values = torch.tensor([getattr(self, n) for n in names], dtype=torch.float64, device=device)
+        dist.all_reduce(values, group=process_group)
+        return UpdateTally(**dict(zip(names, values.tolist())))
 
 
 def split_mini_batches(count: int, mini_batches: int) -> list[range]:
@@ -78,14 +90,14 @@ def split_mini_batches(count: int, mini_batches: int) -> list[range]:
 
 
 def step_denominators_of(sequences: Sequence[TrainSequence], process_group=None,
-                         device: torch.device | str = "cpu") -> StepDenominators:
+                         device: torch.device | str = "cpu") -> Denominators:
     """Policy tokens and non-empty sequences of `sequences`, summed over the ranks of `process_group` (the counts
-    travel on `device`: NCCL reduces only GPU tensors)."""
+    travel on `device`: NCCL reduces only GPU tensors); L_const, where used, is the algorithm's."""
     counts = torch.tensor([sum(s.policy_tokens for s in sequences), sum(s.policy_tokens > 0 for s in sequences)],
                           dtype=torch.float64, device=device)
     if process_group is not None:
         dist.all_reduce(counts, group=process_group)
-    return StepDenominators(tokens=float(counts[0]), seqs=float(counts[1]))
+    return Denominators(tokens=float(counts[0]), seqs=float(counts[1]))
 
 
 def accumulate_policy_gradients(
@@ -97,33 +109,28 @@ def accumulate_policy_gradients(
     old_logprobs: Sequence[Tensor] | None = None,
     ref_model: nn.Module | None = None,
     process_group=None,
-    tally: _Tally | None = None,
+    tally: UpdateTally | None = None,
 ) -> float:
     """Add to `.grad` the gradient of one optimizer step's policy loss over `sequences` (this rank's share).
 
     `old_logprobs` (one [len] tensor per sequence) default to the current model's, detached: exact while the
-    weights have not changed since the rollouts, and free. Returns this rank's part of the loss.
+    weights have not changed since the rollouts, and free. Returns this rank's part of the loss; its metrics are
+    added to `tally`.
     """
-    device = _device(model)
-    den = step_denominators_of(sequences, process_group, device)
-    pad_id = _pad_id(model)
+    tally = UpdateTally() if tally is None else tally
+    den = step_denominators_of(sequences, process_group, _device(model))
     total = 0.0
     # A row with advantage 0 adds exactly nothing to the clipped policy-gradient loss or its gradient; it still
     # counts in the denominators (den, above). Without KL or entropy terms its forward and backward are skipped.
     only_pg = algo.entropy_coef == 0 and algo.kl_coef == 0
     work = [i for i, s in enumerate(sequences) if s.advantage != 0 or not only_pg]
-    if tally is not None:
-        skipped = [sequences[i] for i in sorted(set(range(len(sequences))) - set(work))]
-        tally.add("skipped_zero_advantage", float(len(skipped)))
-        tally.add("_skipped_tokens", float(sum(s.policy_tokens for s in skipped)))
+    skipped = [sequences[i] for i in sorted(set(range(len(sequences))) - set(work))]
+    tally.skipped_zero_advantage += len(skipped)
+    tally.skipped_tokens += sum(s.policy_tokens for s in skipped)
     ran = False
-    for group in _plan(model, [sequences[i] for i in work], micro_token_budget, process_group):
-        if not group:
-            _idle_pass(model)
-            continue
+    for rows, batch in _micro_batches(model, [sequences[i] for i in work], micro_token_budget, process_group):
         ran = True
-        group = [work[j] for j in group]
-        batch = {k: v.to(device) for k, v in collate([sequences[i] for i in group], pad_id).items()}
+        group = [work[j] for j in rows]
         mask = batch["loss_mask"]
         need_entropy_grad = algo.entropy_coef > 0
         logprobs, entropy = sequence_logprobs(model, batch["input_ids"], batch["attention_mask"], positions=mask,
@@ -143,9 +150,7 @@ def accumulate_policy_gradients(
             metrics["kl"] = _masked_sum(kl.detach(), mask) / max(metrics["tokens"], 1)
         loss.backward()
         total += float(loss.detach())
-        if tally is not None:
-            tally.add_weighted(metrics, metrics["tokens"])
-            tally.add("input_tokens", float(batch["attention_mask"].sum()))
+        tally.add_micro_batch(metrics, metrics["tokens"], float(batch["attention_mask"].sum()))
     if not ran:  # the gradient is exactly zero; give the optimizer that zero, as a backward pass would have
         for param in model.parameters():
             if param.requires_grad and param.grad is None:
@@ -181,17 +186,17 @@ def policy_update(
     only_pg = algo.entropy_coef == 0 and algo.kl_coef == 0  # then zero-advantage rows need no pi_old either
     later = [i for s in slices[1:] for i in s if sequences[i].advantage != 0 or not only_pg]
     old = _old_logprobs(model, sequences, later, micro_token_budget, process_group)
-    tally = _Tally()
+    tally = UpdateTally()
     for k, part in enumerate(slices):
         chunk = [sequences[i] for i in part]
         chunk_old = None if k == 0 else [old.get(i) for i in part]  # None: a skipped (A = 0) row
-        tally.add("loss", accumulate_policy_gradients(
+        tally.loss += accumulate_policy_gradients(
             model, chunk, algo, micro_token_budget=micro_token_budget, old_logprobs=chunk_old, ref_model=ref_model,
-            process_group=process_group, tally=tally))
-        tally.add("grad_norm", _step(model, optimizer, scheduler, max_grad_norm, process_group))
-    sums = tally.reduce(process_group, _device(model))
-    metrics = _summary(sums, mini_batches, time.perf_counter() - start, process_group)
-    return {**dict.fromkeys(POLICY_METRICS, 0.0), **metrics}  # all keys even when every row was skipped
+            process_group=process_group, tally=tally)
+        tally.grad_norm += _step(model, optimizer, scheduler, max_grad_norm, process_group)
+    tally = tally.reduce(process_group, _device(model))
+    return {**_token_means(tally, algo), "skipped_zero_advantage": tally.skipped_zero_advantage,
+            **_summary(tally, mini_batches, time.perf_counter() - start, process_group)}
 
 
 def sft_update(
@@ -209,22 +214,18 @@ def sft_update(
     model.train()
     _sum_fsdp_gradients(model)
     den = step_denominators_of(sequences, process_group, _device(model))
-    tally = _Tally()
-    for group in _plan(model, sequences, micro_token_budget, process_group):
-        if not group:
-            _idle_pass(model)
-            continue
-        batch = {k: v.to(_device(model)) for k, v in collate([sequences[i] for i in group], _pad_id(model)).items()}
+    tally = UpdateTally()
+    for _, batch in _micro_batches(model, sequences, micro_token_budget, process_group):
         mask = batch["loss_mask"]
         logprobs = sequence_logprobs(model, batch["input_ids"], batch["attention_mask"], positions=mask)
         loss = aggregate_loss(-logprobs, mask, "token-mean", global_tokens=den.tokens)
         loss.backward()
-        tally.add("loss", float(loss.detach()))
-        tally.add("_weight", float(mask.sum()))
-        tally.add("input_tokens", float(batch["attention_mask"].sum()))
-    tally.add("grad_norm", _step(model, optimizer, scheduler, max_grad_norm, process_group))
-    sums = tally.reduce(process_group, _device(model))
-    return _summary(sums, 1, time.perf_counter() - start, process_group)
+        tally.loss += float(loss.detach())
+        tally.weight += float(mask.sum())
+        tally.input_tokens += float(batch["attention_mask"].sum())
+    tally.grad_norm += _step(model, optimizer, scheduler, max_grad_norm, process_group)
+    tally = tally.reduce(process_group, _device(model))
+    return _summary(tally, 1, time.perf_counter() - start, process_group)
 
 
 def _old_logprobs(model: nn.Module, sequences: Sequence[TrainSequence], indices: list[int],
@@ -233,22 +234,31 @@ def _old_logprobs(model: nn.Module, sequences: Sequence[TrainSequence], indices:
     chosen = [sequences[i] for i in indices]
     old: dict[int, Tensor] = {}
     with torch.no_grad():
-        for group in _plan(model, chosen, micro_token_budget, process_group):
-            if not group:
-                _idle_pass(model)
-                continue
-            batch = {k: v.to(_device(model)) for k, v in collate([chosen[j] for j in group], _pad_id(model)).items()}
+        for rows, batch in _micro_batches(model, chosen, micro_token_budget, process_group):
             logprobs = sequence_logprobs(model, batch["input_ids"], batch["attention_mask"],
                                          positions=batch["loss_mask"])
-            for row, j in enumerate(group):
+            for row, j in enumerate(rows):
                 old[indices[j]] = logprobs[row, :len(chosen[j])]
     return old
 
 
-def _aggregate(per_token: Tensor, mask: Tensor, algo: AlgorithmConfig, den: StepDenominators) -> Tensor:
+def _aggregate(per_token: Tensor, mask: Tensor, algo: AlgorithmConfig, den: Denominators) -> Tensor:
     """A per-token term (KL, entropy) reduced as the policy loss is: same mode, same step-wide denominators."""
     return aggregate_loss(per_token, mask, algo.loss_agg_mode, algo.norm_constant, global_tokens=den.tokens,
                           global_seqs=den.seqs)
+
+
+def _micro_batches(model: nn.Module, sequences: Sequence[TrainSequence], micro_token_budget: int,
+                   process_group) -> Iterator[tuple[list[int], dict[str, Tensor]]]:
+    """Each micro-batch of `sequences`: the indices of its rows, and their collated tensors on the model's device.
+    The empty micro-batches that pad this rank to the most any rank has (under FSDP, see _plan) are run here as
+    idle passes and not yielded."""
+    device, pad_id = _device(model), _pad_id(model)
+    for rows in _plan(model, sequences, micro_token_budget, process_group):
+        if not rows:
+            _idle_pass(model)
+            continue
+        yield rows, {k: v.to(device) for k, v in collate([sequences[i] for i in rows], pad_id).items()}
 
 
 def _plan(model: nn.Module, sequences: Sequence[TrainSequence], micro_token_budget: int,
@@ -318,22 +328,31 @@ def _sum_fsdp_gradients(model: nn.Module) -> None:
             module.set_force_sum_reduction_for_comms(True)  # a plain SUM: gloo has no PREMUL_SUM
 
 
-def _summary(sums: dict[str, float], steps: int, seconds: float, process_group) -> dict[str, float]:
-    """Per-update metrics: token-weighted means of the per-token ones, loss and grad_norm averaged over steps."""
-    weight = sums.pop("_weight", 0.0)
-    out = {name: value / max(weight, 1) for name, value in sums.items()
-           if name not in ("loss", "grad_norm", "input_tokens", "skipped_zero_advantage", "_skipped_tokens")}
-    if "skipped_zero_advantage" in sums:
-        out["skipped_zero_advantage"] = sums["skipped_zero_advantage"]
-    out["loss"] = sums.get("loss", 0.0) / steps
+def _token_means(tally: UpdateTally, algo: AlgorithmConfig) -> dict[str, float]:
+    """The token-weighted means of a policy update: POLICY_METRICS always (0 when every row was skipped); the
+    others only when a micro-batch ran and the algorithm computes them."""
+    names = list(POLICY_METRICS)
+    if tally.micro_batches:
+        names.append("rollout_logprob_gap")
+        if algo.tis_cap is not None:
+            names.append("tis_weight_mean")
+        if algo.kl_coef > 0:
+            names.append("kl")
+    return {name: getattr(tally, name) / max(tally.weight, 1) for name in names}
+
+
+def _summary(tally: UpdateTally, steps: int, seconds: float, process_group) -> dict[str, float]:
+    """Per-update totals: loss and grad_norm averaged over optimizer steps, token counts and throughput."""
     world = 1 if process_group is None else dist.get_world_size(process_group)
-    out["grad_norm"] = sums.get("grad_norm", 0.0) / (steps * world)  # every rank added the same norm
-    out["tokens"] = weight + sums.get("_skipped_tokens", 0.0)  # sampled tokens of the step, skipped rows included
-    out["input_tokens"] = sums.get("input_tokens", 0.0)  # tokens that went through the model
-    out["steps"] = steps
-    out["seconds"] = seconds
-    out["tokens_per_s"] = out["input_tokens"] / seconds if seconds > 0 else 0.0
-    return out
+    return {
+        "loss": tally.loss / steps,
+        "grad_norm": tally.grad_norm / (steps * world),  # every rank added the same norm
+        "tokens": tally.weight + tally.skipped_tokens,  # sampled tokens of the step, skipped rows included
+        "input_tokens": tally.input_tokens,  # tokens that went through the model
+        "steps": steps,
+        "seconds": seconds,
+        "tokens_per_s": tally.input_tokens / seconds if seconds > 0 else 0.0,
+    }
 
 
 def _pad_rows(rows: list[Tensor], like: Tensor) -> Tensor:

@@ -105,6 +105,21 @@ def test_groups_are_matched_by_id_not_position():
     assert adv.dtype == torch.float32
 
 
+@pytest.mark.parametrize("as_type", [list, tuple, torch.tensor], ids=["list", "tuple", "tensor"])
+def test_group_ids_of_any_sequence_type_group_by_value(as_type):
+    # A tensor's elements hash by identity: read one by one, every trajectory was once a group of its own (all 0).
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0])
+    adv = compute_advantages("dr_grpo", rewards, as_type([7, 7, 3, 3]))
+    assert adv.tolist() == [0.5, -0.5, -0.5, 0.5]
+
+
+@pytest.mark.parametrize("group_ids", [[torch.tensor(0), torch.tensor(0)], torch.zeros(2, 1), iter([0, 0])],
+                         ids=["list of tensors", "2-D tensor", "iterator"])
+def test_group_ids_that_cannot_group_by_value_are_refused(group_ids):
+    with pytest.raises(TypeError, match="group ids"):
+        compute_advantages("dr_grpo", torch.tensor([1.0, 0.0]), group_ids)
+
+
 def test_unknown_estimator_lists_the_known_ones():
     with pytest.raises(ValueError, match="known: dr_grpo, grpo, reinforce_pp_baseline, rloo"):
         compute_advantages("ppo", torch.zeros(2), [0, 0])

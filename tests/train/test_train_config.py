@@ -5,11 +5,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from patchgym.agent.config import AgentConfig
 from patchgym.config import ConfigError, load_config
 from patchgym.rl.config import AlgorithmConfig, load_preset, preset_path
-from patchgym.tasks import write_tasks
-from patchgym.train.loop import Trainer, TrainError
-from patchgym.train.schedule import LoopState, draw_tasks, enter_stage, pass_order, record_outcomes, stage_of
+from patchgym.train.schedule import (LoopState, StageSettings, draw_tasks, enter_stage, pass_order, record_outcomes,
+                                     stage_of, stage_settings)
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -72,6 +72,16 @@ def test_stage_boundaries():
     assert stage_of(5, [], 0) == 0
 
 
+def test_a_stage_runs_with_its_limits_and_clip_high():
+    algo = AlgorithmConfig(stages=[{"max_turns": 4, "max_context_tokens": 64, "clip_high": 0.28},
+                                   {"max_turns": 8, "max_context_tokens": 128}])
+    agent = AgentConfig()
+    first, second = stage_settings(agent, algo, 0), stage_settings(agent, algo, 1)
+    assert (first.agent.max_steps, first.agent.max_context_tokens, first.algorithm.clip_high) == (4, 64, 0.28)
+    assert first.max_turns == 4 and second.max_turns == 8 and second.algorithm.clip_high == algo.clip_high
+    assert stage_settings(agent, AlgorithmConfig(), 0) == StageSettings(agent, AlgorithmConfig(), agent.max_steps)
+
+
 def test_curriculum_stage_keeps_tasks_neither_too_easy_nor_never_solved():
     algo = AlgorithmConfig(stages=[{"max_turns": 4, "max_context_tokens": 64},
                                    {"max_turns": 8, "max_context_tokens": 64, "curriculum": True}])
@@ -83,14 +93,17 @@ def test_curriculum_stage_keeps_tasks_neither_too_easy_nor_never_solved():
     assert LoopState.from_dict(state.to_dict()) == state
 
 
-def test_stage_iterations_must_match_the_stages(tiny_task, tmp_path):
-    tasks = tmp_path / "tasks.jsonl"
-    write_tasks([tiny_task], tasks)
-    config = load_config([CONFIGS / "nebius-dapo.yaml"],
-                         [f"train.tasks={tasks}", "train.tasks_per_iteration=1", "train.stage_iterations=[]"])
-    with pytest.raises(TrainError, match=r"train.stage_iterations needs 1 entries"):
-        Trainer(config, tmp_path / "run").run()
-    config = load_config(overrides=[f"train.tasks={tasks}", "train.tasks_per_iteration=1",
-                                    "algorithm.turn_penalty_threshold=10", "agent.max_steps=10"])
-    with pytest.raises(TrainError, match=r"agent.max_steps \(10\) must exceed algorithm.turn_penalty_threshold"):
-        Trainer(config, tmp_path / "run").run()
+@pytest.mark.parametrize(("files", "overrides", "message"), [
+    ([CONFIGS / "nebius-dapo.yaml"], ["train.stage_iterations=[]"], r"train.stage_iterations needs 1 entries"),
+    ([], ["train.stage_iterations=[3]"], "algorithm.stages is empty"),
+    ([], ["algorithm.turn_penalty_threshold=10", "agent.max_steps=10"],
+     r"agent.max_steps \(10\) must exceed algorithm.turn_penalty_threshold"),
+    ([CONFIGS / "nebius-dapo.yaml"], ["rollout.max_staleness=1"], "max_staleness > 0 with algorithm.stages"),
+    ([], ["rollout.max_staleness=1", "algorithm.tis_cap=null"], "max_staleness > 0 needs algorithm.tis_cap"),
+    ([], ["rollout.max_staleness=1", "cluster.backend=ray"], "not supported with cluster.backend=ray"),
+    ([], ["train.bf16=true"], "train.bf16 needs a CUDA"),
+])
+def test_settings_that_clash_are_refused_when_the_config_loads(files, overrides, message):
+    """So that `patchgym doctor` names them too, before a run starts."""
+    with pytest.raises(ConfigError, match=message):
+        load_config(files, overrides)
