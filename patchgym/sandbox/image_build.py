@@ -1,7 +1,6 @@
 """The builders behind images.py: debootstrap the base, build each layer on an overlay in a private mount
 namespace, download wheels on the host, and turn the finished directories into Docker images."""
 
-import fcntl
 import json
 import os
 import platform
@@ -20,7 +19,8 @@ from typing import TYPE_CHECKING, NoReturn
 import docker
 from rich.console import Console
 
-from patchgym.paths import store_dir, wheelhouse_dir
+from patchgym.files import file_lock
+from patchgym.paths import wheelhouse_dir
 
 if TYPE_CHECKING:
     from patchgym.sandbox.images import ImageRecipe
@@ -47,19 +47,6 @@ def _fail(recipe: "ImageRecipe", step: str, log: Path) -> NoReturn:
     lines = log.read_text(errors="replace").splitlines() if log.exists() else []
     tail = "\n".join(lines[-_LOG_TAIL_LINES:])
     raise ImageBuildError(f"building image {recipe.name} (key {recipe.key}) failed at step: {step}\nlog: {log}\n{tail}")
-
-
-@contextmanager
-def file_lock(name: str) -> Iterator[None]:
-    """Hold an exclusive lock shared by every process on this host, so one build of a key runs at a time."""
-    path = store_dir() / "locks" / f"{name}.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @contextmanager

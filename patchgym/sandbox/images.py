@@ -13,6 +13,7 @@ from pathlib import Path
 
 import docker
 
+from patchgym.files import file_lock
 from patchgym.paths import rootfs_dir
 from patchgym.sandbox.image_build import (
     DEBIAN_SUITE,
@@ -21,7 +22,6 @@ from patchgym.sandbox.image_build import (
     docker_build_layer,
     docker_import_base,
     ensure_wheels,
-    file_lock,
     populate,
     stage,
 )
