@@ -7,11 +7,10 @@ only completion_ids were sampled (see patchgym.agent.tokens).
 import os
 import tempfile
 from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Termination = Literal["submitted", "max_steps", "max_context", "timeout", "format_errors", "infra_error"]
+from patchgym.termination import Termination
 
 
 class Turn(BaseModel):

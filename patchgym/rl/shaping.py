@@ -20,7 +20,7 @@ class Sample:
     task_id: str
     group_id: Hashable  # the G rollouts of one task in one iteration share it
     reward: float  # the reward so far (shaping returns new samples with it changed)
-    termination: str  # patchgym.agent.trajectory.Termination
+    termination: str  # patchgym.termination.Termination
     num_turns: int  # |tau|: the number of assistant turns (actions)
     resolved: bool  # the final patch passed the task's tests
 
