@@ -1,8 +1,14 @@
-"""Crash-safe writes shared by every stage: whole files replaced atomically, JSONL lines appended whole."""
+"""Crash-safe writes shared by every stage: whole files replaced atomically, JSONL lines appended whole, and
+host-wide locks."""
 
+import fcntl
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+from patchgym.paths import store_dir
 
 
 def write_atomic(path: str | Path, text: str) -> None:
@@ -30,3 +36,16 @@ def append_line(path: str | Path, line: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+@contextmanager
+def file_lock(name: str) -> Iterator[None]:
+    """Hold an exclusive lock shared by every process on this host, so one build of a key runs at a time."""
+    path = store_dir() / "locks" / f"{name}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

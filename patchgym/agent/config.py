@@ -59,7 +59,7 @@ _JINJA = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newl
 
 
 class SamplingConfig(BaseModel):
-    """Per-turn sampling; the defaults are the unbiased behaviour policy that RL needs (SPEC §7)."""
+    """Per-turn sampling; the defaults are the unbiased behaviour policy that RL needs (docs/algorithms.md §9)."""
 
     model_config = ConfigDict(extra="forbid")
 

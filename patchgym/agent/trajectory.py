@@ -5,14 +5,12 @@ only completion_ids were sampled (see patchgym.agent.tokens).
 """
 
 from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from patchgym.env.grading.grade import Grade
 from patchgym.files import write_atomic
-
-Termination = Literal["submitted", "max_steps", "max_context", "timeout", "format_errors", "infra_error"]
+from patchgym.termination import Termination
 
 
 class Turn(BaseModel):

@@ -1,5 +1,5 @@
 """Evaluation metrics over graded trajectories: Pass@1 as the mean over runs with its standard error, the unbiased
-Pass@k estimator, and resolve rates per termination reason (reference/algorithms.md §7).
+Pass@k estimator, and resolve rates per termination reason (docs/algorithms.md §7).
 
 Infrastructure errors are excluded from every rate and counted on their own: they say nothing about the model.
 """

@@ -1,4 +1,4 @@
-"""Advantage estimators: one scalar per trajectory from the outcome rewards of its group (algorithms.md §3).
+"""Advantage estimators: one scalar per trajectory from the outcome rewards of its group (docs/algorithms.md §3).
 
 Every estimator is a small registered function over per-trajectory group statistics; `compute_advantages` builds
 those statistics once (which members count, their mean and unbiased std) and applies the rules every estimator

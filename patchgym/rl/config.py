@@ -6,10 +6,10 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from patchgym.agent.trajectory import Termination
 from patchgym.rl.advantages import ADVANTAGE_ESTIMATORS
 from patchgym.rl.losses import AGGREGATIONS, KL_ESTIMATORS
 from patchgym.rl.shaping import COMPACT_TERMINATIONS
+from patchgym.termination import Termination
 
 PRESETS_DIR = Path(__file__).with_name("presets")
 

@@ -1,5 +1,5 @@
 """Per-token policy loss (clipped PPO ratio, dual clip, truncated importance sampling), KL and entropy terms, and
-the one aggregation every term goes through (algorithms.md §1, §2, §8, §9).
+the one aggregation every term goes through (docs/algorithms.md §1, §2, §8, §9).
 
 All tensors are [batch, tokens]; `mask` is 1 on policy-sampled tokens only. Denominators are explicit
 (`global_tokens`, `global_seqs`: the totals over the whole optimizer step, see `step_denominators`), so that the

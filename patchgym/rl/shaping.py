@@ -1,4 +1,4 @@
-"""Sample selection and reward shaping between grading and advantages (algorithms.md §4, §5).
+"""Sample selection and reward shaping between grading and advantages (docs/algorithms.md §4, §5).
 
 Each function is pure over a list of `Sample` records (one per graded trajectory) and returns
 `(what it kept, counts)`; the counts are for logging, keyed by what happened.
@@ -20,7 +20,7 @@ class Sample:
     task_id: str
     group_id: Hashable  # the G rollouts of one task in one iteration share it
     reward: float  # the reward so far (shaping returns new samples with it changed)
-    termination: str  # patchgym.agent.trajectory.Termination
+    termination: str  # patchgym.termination.Termination
     num_turns: int  # |tau|: the number of assistant turns (actions)
     resolved: bool  # the final patch passed the task's tests
 
@@ -103,7 +103,7 @@ def turn_penalty(num_turns: int, threshold: int, max_turns: int) -> float:
 def apply_turn_penalty(
     samples: Sequence[Sample], threshold: int, max_turns: int
 ) -> tuple[list[Sample], dict[str, int]]:
-    """R_final = R + R_len for every sample (Nebius §5, step 3)."""
+    """R_final = R + R_len for every sample (Nebius; docs/algorithms.md §5, step 3)."""
     shaped = [replace(s, reward=s.reward + turn_penalty(s.num_turns, threshold, max_turns)) for s in samples]
     penalized = sum(s.num_turns > threshold for s in samples)  # at T = L_thr the penalty is 0
     return shaped, {"penalized": penalized, "unpenalized": len(samples) - penalized}

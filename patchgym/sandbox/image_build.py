@@ -1,7 +1,6 @@
 """The builders behind images.py: debootstrap the base, build each layer on an overlay in a private mount
 namespace, download wheels on the host, and turn the finished directories into Docker images."""
 
-import fcntl
 import json
 import os
 import platform
@@ -15,17 +14,15 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import NoReturn
 
 import docker
 from rich.console import Console
 
-from patchgym.paths import store_dir, wheelhouse_dir
+from patchgym.files import file_lock
+from patchgym.paths import wheelhouse_dir
+from patchgym.sandbox.recipe import DEBIAN_SUITE, ImageRecipe
 
-if TYPE_CHECKING:
-    from patchgym.sandbox.images import ImageRecipe
-
-DEBIAN_SUITE = "bookworm"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 # bookworm's python3 is 3.11 and glibc 2.36: the wheels we download must fit them, not the host.
 TARGET_PYTHON = "3.11"
@@ -43,23 +40,10 @@ class ImageBuildError(RuntimeError):
     """An image build failed; the message names the recipe and the failing step, and ends with its log's tail."""
 
 
-def _fail(recipe: "ImageRecipe", step: str, log: Path) -> NoReturn:
+def _fail(recipe: ImageRecipe, step: str, log: Path) -> NoReturn:
     lines = log.read_text(errors="replace").splitlines() if log.exists() else []
     tail = "\n".join(lines[-_LOG_TAIL_LINES:])
     raise ImageBuildError(f"building image {recipe.name} (key {recipe.key}) failed at step: {step}\nlog: {log}\n{tail}")
-
-
-@contextmanager
-def file_lock(name: str) -> Iterator[None]:
-    """Hold an exclusive lock shared by every process on this host, so one build of a key runs at a time."""
-    path = store_dir() / "locks" / f"{name}.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @contextmanager
@@ -86,7 +70,7 @@ def _run_logged(argv: list[str], log: Path) -> int:
         return subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT).returncode
 
 
-def ensure_wheels(recipe: "ImageRecipe", log: Path) -> None:
+def ensure_wheels(recipe: ImageRecipe, log: Path) -> None:
     """Make the wheelhouse satisfy `recipe.wheels` (with dependencies) for the image's Python, offline if it already does."""
     wheelhouse = wheelhouse_dir()
     wheelhouse.mkdir(parents=True, exist_ok=True)
@@ -106,7 +90,7 @@ def ensure_wheels(recipe: "ImageRecipe", log: Path) -> None:
             _fail(recipe, f"pip download {' '.join(recipe.wheels)} (into {wheelhouse})", log)
 
 
-def _run_script(recipe: "ImageRecipe", script: str, log: Path, *, network: bool, tools: tuple[str, ...]) -> None:
+def _run_script(recipe: ImageRecipe, script: str, log: Path, *, network: bool, tools: tuple[str, ...]) -> None:
     if os.geteuid() != 0:
         raise ImageBuildError(f"building image {recipe.name} needs root: it mounts overlays and runs chroot")
     missing = [tool for tool in ("setpriv", "unshare", "chroot", *tools) if shutil.which(tool) is None]
@@ -126,7 +110,7 @@ def _run_script(recipe: "ImageRecipe", script: str, log: Path, *, network: bool,
         _fail(recipe, marks[-1].removeprefix(_STEP_MARK) if marks else "start of the build script", log)
 
 
-def debootstrap(recipe: "ImageRecipe", rootfs: Path, log: Path) -> None:
+def debootstrap(recipe: ImageRecipe, rootfs: Path, log: Path) -> None:
     include = ",".join(recipe.debian_packages)
     script = "set -euo pipefail\n" + _mark(f"debootstrap {DEBIAN_SUITE}") + shlex.join(
         ["debootstrap", "--variant=minbase", f"--include={include}", DEBIAN_SUITE, str(rootfs), DEBIAN_MIRROR]
@@ -171,7 +155,7 @@ def _mark(step: str) -> str:
     return f"printf '\\n%s\\n' {shlex.quote(_STEP_MARK + first_line)}\n"
 
 
-def populate(recipe: "ImageRecipe", root: Path, env: dict[str, str], log: Path, *, lower: Sequence[Path] = ()) -> None:
+def populate(recipe: ImageRecipe, root: Path, env: dict[str, str], log: Path, *, lower: Sequence[Path] = ()) -> None:
     """Fill `root` from the recipe: the venv (base only), files, wheels, then steps, all without network.
 
     With `lower`, `root` is the merged dir of an overlay whose upper and work dirs are its siblings."""
@@ -209,7 +193,7 @@ def _dockerfile_config(env: dict[str, str]) -> list[str]:
     return [f'ENV {k}="{v.translate(quote)}"' for k, v in env.items()] + ["WORKDIR /root"]
 
 
-def docker_import_base(recipe: "ImageRecipe", rootfs: Path, env: dict[str, str], client: docker.DockerClient, log: Path) -> None:
+def docker_import_base(recipe: ImageRecipe, rootfs: Path, env: dict[str, str], client: docker.DockerClient, log: Path) -> None:
     """`docker import` the base rootfs, streamed from tar so the ~350 MB never sits in memory or on disk."""
     tar = subprocess.Popen(["tar", "--numeric-owner", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
     assert tar.stdout is not None
@@ -260,7 +244,7 @@ def _xattr(path: Path, name: str) -> bytes | None:
 
 
 def docker_build_layer(
-    recipe: "ImageRecipe", layer: Path, env: dict[str, str], client: docker.DockerClient, log: Path
+    recipe: ImageRecipe, layer: Path, env: dict[str, str], client: docker.DockerClient, log: Path
 ) -> None:
     """Build the layer's image from its parent's with the legacy builder: deletions, then the layer as one ADD."""
     assert recipe.parent is not None

@@ -165,7 +165,7 @@ def _swebench_shaped(row: dict, source: str, default_image: Callable[[str], str]
 
 
 def _swebench(row: dict) -> dict:
-    # The image the SWE-bench harness builds locally (tasks.md §1.7); Docker names are lower case.
+    # The image the SWE-bench harness builds locally; Docker names are lower case.
     return _swebench_shaped(row, "swebench", lambda iid: f"sweb.eval.x86_64.{iid.lower()}:latest")
 
 

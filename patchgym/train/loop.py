@@ -10,7 +10,7 @@ rollout.max_staleness = S > 0, rollouts of S later iterations run during trainin
 after N keeps the task stream as after N's draws, so a resumed N+1.. draws the same tasks and reuses what their
 directories hold (sampled by older versions, as recorded: staleness stays <= S). Under torchrun, rank 0 runs the
 rollouts and every rank trains (distributed.py). With cluster.backend=ray the policy is trained in a TrainerWorker
-actor (patchgym.cluster.ray_trainer) behind the same calls as the in-process one (patchgym.train.policy).
+actor (patchgym.train.ray_trainer) behind the same calls as the in-process one (patchgym.train.policy).
 """
 
 import random
@@ -235,7 +235,7 @@ class Trainer:
         """The policy (here, sharded under torchrun with train.fsdp, or in a Ray actor), (on rank 0) the engine with
         its weights, and the loop state."""
         if self.config.cluster.backend == "ray":
-            from patchgym.cluster.ray_trainer import RayPolicy
+            from patchgym.train.ray_trainer import RayPolicy
 
             self.engine = make_engine(self.config)  # connects to the cluster, which the trainer worker joins
             try:

@@ -2,7 +2,7 @@
 restore its optimizer state, take K optimizer steps, push its weights into the engine, and save a checkpoint.
 
 `LocalPolicy` trains in this process (under torchrun every rank holds one: a full copy, or its FSDP2 shards with
-train.fsdp). With cluster.backend=ray the Trainer holds a `patchgym.cluster.ray_trainer.RayPolicy` instead, the same
+train.fsdp). With cluster.backend=ray the Trainer holds a `patchgym.train.ray_trainer.RayPolicy` instead, the same
 calls over a TrainerWorker actor (which is a LocalPolicy in a process of its own), so the loop reads the same either
 way.
 """

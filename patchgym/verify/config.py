@@ -52,7 +52,7 @@ Answer with the script in one ```python code block."""
 
 
 class VerifierConfig(BaseModel):
-    """Verifiers for test-time scaling (SPEC §9): execution-free (P(YES)), execution-based, and their hybrid."""
+    """Verifiers for test-time scaling: execution-free (P(YES)), execution-based, and their hybrid."""
 
     model_config = ConfigDict(extra="forbid")
 

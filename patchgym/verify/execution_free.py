@@ -1,6 +1,6 @@
 """The execution-free verifier: a model reads the issue, a condensed trajectory and the final patch, and the score is
 P(YES) = exp(lp_yes) / (exp(lp_yes) + exp(lp_no)) at the verdict position, the first token after the assistant's
-generation prompt (reference/algorithms.md §6).
+generation prompt (docs/algorithms.md §6).
 
 The same judge prompt, with the verdict as the target, is what `train-verifier` fine-tunes on.
 """

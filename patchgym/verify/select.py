@@ -1,4 +1,4 @@
-"""Choosing one candidate per task, and Best@k against the Pass@k oracle (reference/algorithms.md §6-7).
+"""Choosing one candidate per task, and Best@k against the Pass@k oracle (docs/algorithms.md §6-7).
 
     ef:     the highest P(YES)
     eb:     the most regression passes, then the best reproduction score

@@ -13,7 +13,7 @@ import torch
 from ray_nodes import alive_actors, kill_when_busy, reap_after_kill
 
 from patchgym.cluster import make_engine, make_rollouts
-from patchgym.cluster.ray_trainer import start_trainer_worker
+from patchgym.train.ray_trainer import start_trainer_worker
 from patchgym.config import load_config
 from patchgym.rollout import ModelAgent
 from patchgym.tasks import write_tasks

@@ -1,4 +1,4 @@
-"""Pass@k and the eval summary, on the worked numbers of reference/algorithms.md §7."""
+"""Pass@k and the eval summary, on the worked numbers of docs/algorithms.md §7."""
 
 import pytest
 

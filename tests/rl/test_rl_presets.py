@@ -1,4 +1,4 @@
-"""The algorithm config: defaults, validation, and the two presets (SPEC §8)."""
+"""The algorithm config: defaults, validation, and the two presets."""
 
 import pytest
 import yaml

@@ -99,7 +99,7 @@ def test_solve_counts_and_curriculum():
     counts = solve_counts(samples)
     assert counts == {"easy": (7, 10), "two-thirds": (2, 3), "hard": (1, 10), "never": (0, 10)}
     kept, tally = curriculum_filter(counts)
-    # "more than 2/3" (SPEC §8): exactly 2 of 3 stays.
+    # "more than 2/3" (docs/algorithms.md §5): exactly 2 of 3 stays.
     assert kept == ["two-thirds", "hard"]
     assert tally == {"kept": 2, "too_easy": 1, "never_solved": 1}
     assert curriculum_filter({"new": (0, 0)})[0] == ["new"]

@@ -12,9 +12,9 @@ from pathlib import Path, PurePosixPath
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from patchgym.files import file_lock
 from patchgym.paths import store_dir
 from patchgym.sandbox import images
-from patchgym.sandbox.image_build import file_lock
 
 RECIPES_FILE = Path(__file__).with_name("recipes.yaml")
 WORKDIR = "/testbed"
