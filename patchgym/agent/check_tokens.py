@@ -16,6 +16,11 @@ from pathlib import Path
 
 from patchgym.agent import tokens
 from patchgym.agent.trajectory import Trajectory
+from patchgym.errors import UserError
+
+
+class TrajectoryFileError(UserError, ValueError):
+    """No trajectories where the check was pointed, or a record that is not a trajectory."""
 
 
 @dataclass
@@ -95,7 +100,10 @@ def read_trajectories(path: Path) -> list[Trajectory]:
     JSONL file may be cut by a crash and is skipped."""
     text = path.read_text()
     if path.suffix == ".json":
-        return [Trajectory.model_validate_json(text)]
+        try:
+            return [Trajectory.model_validate_json(text)]
+        except ValueError as exc:
+            raise TrajectoryFileError(f"{path}: not a trajectory record: {str(exc).splitlines()[0]}") from None
     lines = text.splitlines()
     out = []
     for n, line in enumerate(lines, 1):
@@ -106,7 +114,7 @@ def read_trajectories(path: Path) -> list[Trajectory]:
         except ValueError as exc:
             if n == len(lines) and not text.endswith("\n"):
                 break  # a half-written last line
-            raise ValueError(f"{path}:{n}: not a trajectory record: {str(exc).splitlines()[0]}") from None
+            raise TrajectoryFileError(f"{path}:{n}: not a trajectory record: {str(exc).splitlines()[0]}") from None
     return out
 
 
@@ -120,5 +128,5 @@ def check_run(run_dir: Path, tokenizer) -> RunCheck:
     """Check every trajectory with turns in RUN_DIR/trajectories.jsonl (or a file given directly)."""
     path = run_dir if run_dir.is_file() else run_dir / "trajectories.jsonl"
     if not path.exists():
-        raise FileNotFoundError(f"no trajectories in {run_dir} (expected {path})")
+        raise TrajectoryFileError(f"no trajectories in {run_dir} (expected {path})")
     return RunCheck([check_trajectory(t, tokenizer) for t in read_trajectories(path) if t.turns])

@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
+from patchgym.errors import UserError
+
 RunKind = Literal["train", "eval", "select"]
 
 _CALL_START = re.compile(r"<function\s*=|<tool_call>")
@@ -19,7 +21,7 @@ _BARE_CALL = re.compile(r'\{\s*"(name|function)"\s*:')
 _ITER = re.compile(r"iter-(\d+)$")
 
 
-class RunError(ValueError):
+class RunError(UserError, ValueError):
     """The directory is not a run this package can read."""
 
 
