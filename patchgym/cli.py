@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from typer.core import TyperGroup
 
-from patchgym.config import Config, dump_config, load_config
+from patchgym.config import Config, load_config
 from patchgym.errors import UserError
 
 console = Console()
@@ -40,6 +40,11 @@ Overrides = typer.Argument(None, help="overrides like sandbox.backend=local", sh
 
 def _config(files: list[Path], overrides: list[str] | None) -> Config:
     return load_config(files, overrides or [])
+
+
+def _given(options: dict[str, str | None]) -> list[str]:
+    """`key=value` overrides for the options that were given, e.g. {"inference.model": model} for --model."""
+    return [f"{key}={value}" for key, value in options.items() if value]
 
 
 @app.callback()
@@ -204,39 +209,17 @@ def eval_(tasks: Path = typer.Option(..., help="tasks JSONL"),
           as_json: bool = typer.Option(False, "--json", help="end with one JSON line: the summary"),
           files: list[Path] = ConfigFiles, overrides: list[str] = Overrides) -> None:
     """Run the agent on every task `runs` times, grade each final patch, write summary.json and preds.jsonl."""
-    from patchgym.agent.reference import POLICIES
-    from patchgym.eval.run import evaluate, summary_table
-    from patchgym.rollout import ModelAgent, ScriptedAgent
-    from patchgym.tasks import read_tasks
+    from patchgym.eval.build import run_eval
+    from patchgym.eval.run import summary_table
 
-    extra = [f"inference.model={model}"] * bool(model) + [f"inference.engine={engine}"] * bool(engine)
-    config = _config(files, [*extra, *(overrides or [])])
+    config = _config(files, [*_given({"inference.model": model, "inference.engine": engine}), *(overrides or [])])
     if "max_steps" not in config.agent.model_fields_set:
         config.agent.max_steps = 100  # the evaluation default (training's is 50)
-    if policy is not None and policy not in POLICIES:
-        raise UserError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
-    task_list = read_tasks(tasks)[:limit]
-    name = policy or Path(config.inference.model).name
-    out = out or Path(config.run_dir) / f"eval-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.yaml").write_text(dump_config(config))
-    if policy is not None:
-        agent, closing = ScriptedAgent(POLICIES[policy](), config.agent), None
-    else:
-        from patchgym.inference.factory import make_engine
-
-        closing = make_engine(config.inference)
-        agent = ModelAgent(closing, config.agent, model=config.inference.model)
-    try:
-        summary = evaluate(task_list, agent, config.sandbox, out, runs=runs, rollout=config.rollout,
-                           model_name=name, progress=not as_json, tasks_file=tasks.resolve())
-    finally:
-        if closing is not None:
-            closing.close()
+    run = run_eval(config, tasks, policy=policy, runs=runs, out=out, limit=limit, progress=not as_json)
     if as_json:
-        print(json.dumps(summary))
+        print(json.dumps(run.summary))
     else:
-        console.print(summary_table(summary, title=f"eval {name} -> {out}"))
+        console.print(summary_table(run.summary, title=f"eval {run.summary['model']} -> {run.run_dir}"))
 
 
 @app.command("check-tokens")
@@ -321,7 +304,7 @@ def rft(tasks: Path = typer.Option(..., help="tasks JSONL"),
     from patchgym.tasks import read_tasks
     from patchgym.train.rft import rft as run_rft
 
-    config = _config(files, [*[f"inference.model={model}"] * bool(model), *(overrides or [])])
+    config = _config(files, [*_given({"inference.model": model}), *(overrides or [])])
     checkpoint = run_rft(config, read_tasks(tasks)[:limit], runs, out)
     _print_run(out, "rft", checkpoint)
 
@@ -337,7 +320,7 @@ def sft(trajectories: list[Path] = typer.Option(..., "--trajectories", help="tra
     from patchgym.train.rft import read_trajectories
     from patchgym.train.rft import sft as run_sft
 
-    config = _config(files, [*[f"inference.model={model}"] * bool(model), *(overrides or [])])
+    config = _config(files, [*_given({"inference.model": model}), *(overrides or [])])
     records = read_trajectories(trajectories)
     checkpoint = run_sft(config, [t for t in records if t.resolved or not resolved_only], out)
     _print_run(out, "sft", checkpoint)
@@ -425,7 +408,7 @@ def select_(runs: list[Path] = typer.Option(..., "--runs", help="eval run direct
     from patchgym.tasks import read_tasks
     from patchgym.verify.run import select
 
-    config, more = _verify_config(files, [*[f"verifier.model={model}"] * bool(model), *(args or [])])
+    config, more = _verify_config(files, [*_given({"verifier.model": model}), *(args or [])])
     ks = _positive_ints(k)
     task_list = read_tasks(tasks or _run_tasks_file([*runs, *more][0]))
     spec = config.verifier.model or config.inference.model
