@@ -208,13 +208,15 @@ def eval_(tasks: Path = typer.Option(..., help="tasks JSONL"),
           limit: int | None = typer.Option(None, help="only the first N tasks"),
           as_json: bool = typer.Option(False, "--json", help="end with one JSON line: the summary"),
           files: list[Path] = ConfigFiles, overrides: list[str] = Overrides) -> None:
-    """Run the agent on every task `runs` times, grade each final patch, write summary.json and preds.jsonl."""
-    from patchgym.eval.build import run_eval
+    """Run the agent on every task `runs` times, grade each final patch, write summary.json and preds.jsonl.
+
+    Eval's own defaults (agent.max_steps=100) are in patchgym/eval/defaults.yaml; -c files and overrides win over them.
+    """
+    from patchgym.eval.build import load_eval_config, run_eval
     from patchgym.eval.run import summary_table
 
-    config = _config(files, [*_given({"inference.model": model, "inference.engine": engine}), *(overrides or [])])
-    if "max_steps" not in config.agent.model_fields_set:
-        config.agent.max_steps = 100  # the evaluation default (training's is 50)
+    config = load_eval_config(files, [*_given({"inference.model": model, "inference.engine": engine}),
+                                      *(overrides or [])])
     run = run_eval(config, tasks, policy=policy, runs=runs, out=out, limit=limit, progress=not as_json)
     if as_json:
         print(json.dumps(run.summary))

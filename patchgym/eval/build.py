@@ -1,12 +1,13 @@
-"""Build an evaluation from the run config and run it: the agent (a model through its engine, or a scripted policy)
-and the run directory. `patchgym eval` only parses arguments."""
+"""Build an evaluation from the run config and run it: eval's defaults (defaults.yaml beside this file), the agent
+(a model through its engine, or a scripted policy) and the run directory. `patchgym eval` only parses arguments."""
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from patchgym.agent.reference import POLICIES
-from patchgym.config import Config, dump_config
+from patchgym.config import Config, dump_config, load_config
 from patchgym.errors import UserError
 from patchgym.eval.run import evaluate
 from patchgym.inference import Engine
@@ -14,10 +15,18 @@ from patchgym.inference.factory import make_engine
 from patchgym.rollout import Agent, ModelAgent, ScriptedAgent
 from patchgym.tasks import read_tasks
 
+EVAL_DEFAULTS = Path(__file__).with_name("defaults.yaml")
+
+
 @dataclass(frozen=True)
 class EvalRun:
     run_dir: Path
     summary: dict  # what RUN/summary.json holds
+
+
+def load_eval_config(files: Sequence[str | Path] = (), overrides: Sequence[str] = ()) -> Config:
+    """The config an evaluation runs with: configs/default.yaml's values, then EVAL_DEFAULTS, `files`, `overrides`."""
+    return load_config([EVAL_DEFAULTS, *files], overrides)
 
 
 def run_eval(config: Config, tasks_file: Path, *, policy: str | None = None, runs: int = 1, out: Path | None = None,
