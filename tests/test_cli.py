@@ -111,3 +111,8 @@ def test_k_must_be_positive_integers(tmp_path):
     for k in ("0", "1,x", ","):
         result = runner.invoke(app, ["select", "--runs", str(tmp_path), "--k", k, "--out", str(tmp_path / "s")])
         assert result.exit_code == 2 and f"--k: k must be positive integers, got {k!r}" in result.stdout
+
+
+def test_tasks_build_names_an_unknown_package(tmp_path):
+    result = runner.invoke(app, ["tasks", "build", "--packages", "no-such-package", "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "no recipe for no-such-package; known: " in result.stdout
