@@ -9,24 +9,42 @@ from pathlib import Path
 import typer
 from rich.console import Console
 from rich.table import Table
+from typer.core import TyperGroup
 
-from patchgym.config import Config, ConfigError, dump_config, load_config
+from patchgym.config import Config, load_config
+from patchgym.errors import UserError
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="Train and evaluate SWE agents with RL.")
+console = Console()
+
+
+class UserErrorsExit2(TyperGroup):
+    """The command group whose commands end on a UserError with its message in red and exit status 2."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except UserError as exc:
+            # markup=False: a message quoting a value like [a] must print as is, not as a style tag.
+            console.print(str(exc), style="red", markup=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+
+
+app = typer.Typer(cls=UserErrorsExit2, no_args_is_help=True, add_completion=False,
+                  help="Train and evaluate SWE agents with RL.")
 image_app = typer.Typer(no_args_is_help=True, help="Build images (no registry needed).")
 app.add_typer(image_app, name="image")
-console = Console()
 
 ConfigFiles = typer.Option([], "--config", "-c", help="YAML config file(s), merged in order")
 Overrides = typer.Argument(None, help="overrides like sandbox.backend=local", show_default=False)
 
 
 def _config(files: list[Path], overrides: list[str] | None) -> Config:
-    try:
-        return load_config(files, overrides or [])
-    except ConfigError as exc:
-        console.print(f"[red]{exc}[/red]")
-        raise typer.Exit(2) from None
+    return load_config(files, overrides or [])
+
+
+def _given(options: dict[str, str | None]) -> list[str]:
+    """`key=value` overrides for the options that were given, e.g. {"inference.model": model} for --model."""
+    return [f"{key}={value}" for key, value in options.items() if value]
 
 
 @app.callback()
@@ -112,14 +130,10 @@ def tasks_import(source: str = typer.Argument(..., help="FILE.jsonl, FILE.parque
                  exclude_repos_of: Path | None = typer.Option(None, help="drop tasks whose repo is in this task file")
                  ) -> None:
     """Convert a public dataset into patchgym tasks; bad rows are listed (file:row: field), good rows kept."""
-    from patchgym.tasks import TaskError, write_tasks
+    from patchgym.tasks import write_tasks
     from patchgym.tasks.loaders import import_tasks
 
-    try:
-        result = import_tasks(fmt, source, exclude_repos_of=str(exclude_repos_of) if exclude_repos_of else None)
-    except TaskError as exc:
-        console.print(f"[red]{exc}[/red]", soft_wrap=True)
-        raise typer.Exit(2) from None
+    result = import_tasks(fmt, source, exclude_repos_of=str(exclude_repos_of) if exclude_repos_of else None)
     for line in result.errors:
         console.print(f"[yellow]{line}[/yellow]", soft_wrap=True)
     write_tasks(result.tasks, out)
@@ -133,15 +147,11 @@ def tasks_import(source: str = typer.Argument(..., help="FILE.jsonl, FILE.parque
 def tasks_list(path: Path, files: list[Path] = ConfigFiles, overrides: list[str] = Overrides) -> None:
     """A table of tasks: id, repo, #F2P, #P2P, and whether the image is built for the configured backend."""
     from patchgym.sandbox import images
-    from patchgym.tasks import TaskError, read_tasks
+    from patchgym.tasks import read_tasks
     from patchgym.tasks.loaders import task_rows
 
     config = _config(files, overrides)
-    try:
-        tasks = read_tasks(path)
-    except TaskError as exc:
-        console.print(f"[red]{exc}[/red]", soft_wrap=True)
-        raise typer.Exit(2) from None
+    tasks = read_tasks(path)
     table = Table(title=f"{len(tasks)} tasks in {path}")
     for column in ("id", "repo", "F2P", "P2P", f"image built ({config.sandbox.backend})"):
         table.add_column(column)
@@ -151,16 +161,11 @@ def tasks_list(path: Path, files: list[Path] = ConfigFiles, overrides: list[str]
 
 
 def _find_task(tasks_path: Path, instance: str):
-    from patchgym.tasks import TaskError, read_tasks
+    from patchgym.tasks import read_tasks
 
-    try:
-        tasks = {t.instance_id: t for t in read_tasks(tasks_path)}
-    except TaskError as exc:
-        console.print(f"[red]{exc}[/red]", soft_wrap=True)
-        raise typer.Exit(2) from None
+    tasks = {t.instance_id: t for t in read_tasks(tasks_path)}
     if instance not in tasks:
-        console.print(f"[red]no task {instance!r} in {tasks_path} ({len(tasks)} tasks)[/red]")
-        raise typer.Exit(2)
+        raise UserError(f"no task {instance!r} in {tasks_path} ({len(tasks)} tasks)")
     return tasks[instance]
 
 
@@ -203,45 +208,20 @@ def eval_(tasks: Path = typer.Option(..., help="tasks JSONL"),
           limit: int | None = typer.Option(None, help="only the first N tasks"),
           as_json: bool = typer.Option(False, "--json", help="end with one JSON line: the summary"),
           files: list[Path] = ConfigFiles, overrides: list[str] = Overrides) -> None:
-    """Run the agent on every task `runs` times, grade each final patch, write summary.json and preds.jsonl."""
-    from patchgym.agent.reference import POLICIES
-    from patchgym.eval.run import evaluate, summary_table
-    from patchgym.rollout import ModelAgent, ScriptedAgent
-    from patchgym.tasks import TaskError, read_tasks
+    """Run the agent on every task `runs` times, grade each final patch, write summary.json and preds.jsonl.
 
-    extra = [f"inference.model={model}"] * bool(model) + [f"inference.engine={engine}"] * bool(engine)
-    config = _config(files, [*extra, *(overrides or [])])
-    if "max_steps" not in config.agent.model_fields_set:
-        config.agent.max_steps = 100  # the evaluation default (training's is 50)
-    if policy is not None and policy not in POLICIES:
-        console.print(f"[red]unknown policy {policy!r}; choose one of {', '.join(POLICIES)}[/red]")
-        raise typer.Exit(2)
-    try:
-        task_list = read_tasks(tasks)[:limit]
-    except TaskError as exc:
-        console.print(f"[red]{exc}[/red]", soft_wrap=True)
-        raise typer.Exit(2) from None
-    name = policy or Path(config.inference.model).name
-    out = out or Path(config.run_dir) / f"eval-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.yaml").write_text(dump_config(config))
-    if policy is not None:
-        agent, closing = ScriptedAgent(POLICIES[policy](), config.agent), None
-    else:
-        from patchgym.inference.factory import make_engine
+    Eval's own defaults (agent.max_steps=100) are in patchgym/eval/defaults.yaml; -c files and overrides win over them.
+    """
+    from patchgym.eval.build import load_eval_config, run_eval
+    from patchgym.eval.run import summary_table
 
-        closing = make_engine(config.inference)
-        agent = ModelAgent(closing, config.agent, model=config.inference.model)
-    try:
-        summary = evaluate(task_list, agent, config.sandbox, out, runs=runs, rollout=config.rollout,
-                           model_name=name, progress=not as_json, tasks_file=tasks.resolve())
-    finally:
-        if closing is not None:
-            closing.close()
+    config = load_eval_config(files, [*_given({"inference.model": model, "inference.engine": engine}),
+                                      *(overrides or [])])
+    run = run_eval(config, tasks, policy=policy, runs=runs, out=out, limit=limit, progress=not as_json)
     if as_json:
-        print(json.dumps(summary))
+        print(json.dumps(run.summary))
     else:
-        console.print(summary_table(summary, title=f"eval {name} -> {out}"))
+        console.print(summary_table(run.summary, title=f"eval {run.summary['model']} -> {run.run_dir}"))
 
 
 @app.command("check-tokens")
@@ -257,13 +237,8 @@ def check_tokens(run: Path = typer.Argument(..., help="a run directory (or a tra
 
     spec = model or run_model_spec(run if run.is_dir() else run.parent)
     if not spec:
-        console.print(f"[red]{run} has no run.json naming its model; pass --model[/red]")
-        raise typer.Exit(2)
-    try:
-        result = check_run(run, load_tokenizer(spec))
-    except (FileNotFoundError, ValueError) as exc:
-        console.print(f"[red]{exc}[/red]", soft_wrap=True)
-        raise typer.Exit(2) from None
+        raise UserError(f"{run} has no run.json naming its model; pass --model")
+    result = check_run(run, load_tokenizer(spec))
     summary = result.summary()
     if as_json:
         print(json.dumps(summary))
@@ -309,20 +284,14 @@ def train(files: list[Path] = ConfigFiles,
           out: Path | None = typer.Option(None, help="run directory (default: RUN_DIR/train-<time>)"),
           overrides: list[str] = Overrides) -> None:
     """RL-train the policy: rollouts, grades, filters, advantages, policy updates, weight sync, checkpoints."""
-    from patchgym.rl.shaping import SamplingExhausted
-    from patchgym.train.loop import Trainer, TrainError
+    from patchgym.train.loop import Trainer
 
     if resume and out is None:
-        console.print("[red]--resume needs --out RUN: the run directory to continue[/red]")
-        raise typer.Exit(2)
+        raise UserError("--resume needs --out RUN: the run directory to continue")
     if resume and not files and (out / "config.yaml").is_file():
         files = [out / "config.yaml"]
     config = _config(files, overrides)
-    try:
-        run = Trainer(config, out).run(resume=resume)
-    except (TrainError, SamplingExhausted) as exc:
-        console.print(f"[red]{exc}[/red]", soft_wrap=True)
-        raise typer.Exit(2) from None
+    run = Trainer(config, out).run(resume=resume)
     _print_run(run, "train")
 
 
@@ -334,16 +303,11 @@ def rft(tasks: Path = typer.Option(..., help="tasks JSONL"),
         limit: int | None = typer.Option(None, help="only the first N tasks"),
         files: list[Path] = ConfigFiles, overrides: list[str] = Overrides) -> None:
     """Rejection fine-tuning: N rollouts per task, keep the resolved ones, SFT one epoch, save a checkpoint."""
-    from patchgym.tasks import TaskError, read_tasks
-    from patchgym.train.loop import TrainError
+    from patchgym.tasks import read_tasks
     from patchgym.train.rft import rft as run_rft
 
-    config = _config(files, [*[f"inference.model={model}"] * bool(model), *(overrides or [])])
-    try:
-        checkpoint = run_rft(config, read_tasks(tasks)[:limit], runs, out)
-    except (TaskError, TrainError) as exc:
-        console.print(f"[red]{exc}[/red]", soft_wrap=True)
-        raise typer.Exit(2) from None
+    config = _config(files, [*_given({"inference.model": model}), *(overrides or [])])
+    checkpoint = run_rft(config, read_tasks(tasks)[:limit], runs, out)
     _print_run(out, "rft", checkpoint)
 
 
@@ -355,17 +319,12 @@ def sft(trajectories: list[Path] = typer.Option(..., "--trajectories", help="tra
         resolved_only: bool = typer.Option(False, "--resolved-only", help="keep only trajectories that resolved"),
         files: list[Path] = ConfigFiles, overrides: list[str] = Overrides) -> None:
     """SFT one epoch on trajectories: loss on sampled tokens only, format-error turns masked; save a checkpoint."""
-    from patchgym.train.loop import TrainError
     from patchgym.agent.trajectory_files import read_trajectories
     from patchgym.train.rft import sft as run_sft
 
-    config = _config(files, [*[f"inference.model={model}"] * bool(model), *(overrides or [])])
-    try:
-        records = read_trajectories(trajectories)
-        checkpoint = run_sft(config, [t for t in records if t.resolved or not resolved_only], out)
-    except TrainError as exc:
-        console.print(f"[red]{exc}[/red]", soft_wrap=True)
-        raise typer.Exit(2) from None
+    config = _config(files, [*_given({"inference.model": model}), *(overrides or [])])
+    records = read_trajectories(trajectories)
+    checkpoint = run_sft(config, [t for t in records if t.resolved or not resolved_only], out)
     _print_run(out, "sft", checkpoint)
 
 
@@ -383,13 +342,9 @@ def _print_run(run: Path, kind: str, checkpoint: Path | None = None) -> None:
 @app.command()
 def report(run: Path = typer.Argument(..., help="a train, eval or select run directory")) -> None:
     """Write RUN/report.html: the summary table and PNG plots (reward, pass@k, steps, tokens, terminations, time)."""
-    from patchgym.report import RunError, write_report
+    from patchgym.report import write_report
 
-    try:
-        out = write_report(run)
-    except RunError as exc:
-        console.print(f"[red]{exc}[/red]", soft_wrap=True)
-        raise typer.Exit(2) from None
+    out = write_report(run)
     console.print(f"report: {out} (plots in {out.parent / 'report'})", soft_wrap=True)
 
 
@@ -399,17 +354,9 @@ def view(run: Path = typer.Argument(..., help="a train or eval run directory"),
          host: str = typer.Option("127.0.0.1", help="address to bind (0.0.0.0 shows the run to the whole network)")
          ) -> None:
     """Serve a trajectory viewer for RUN: a filterable table; per trajectory its turns, patch and grade per test."""
-    from patchgym.report import RunError
     from patchgym.viewer import make_server
 
-    try:
-        server = make_server(run, host, port)
-    except RunError as exc:
-        console.print(f"[red]{exc}[/red]", soft_wrap=True)
-        raise typer.Exit(2) from None
-    except OSError as exc:
-        console.print(f"[red]cannot listen on {host}:{port}: {exc.strerror} (choose another --port)[/red]")
-        raise typer.Exit(2) from None
+    server = make_server(run, host, port)
     bound_host, bound_port = server.server_address[:2]
     console.print(f"viewing {run} at http://{bound_host}:{bound_port}/ (Ctrl-C to stop)", soft_wrap=True)
     try:
@@ -427,12 +374,15 @@ MoreAndOverrides = typer.Argument(None, show_default=False, help="more paths for
 def _verify_config(files: list[Path], args: list[str] | None) -> tuple[Config, list[Path]]:
     """(the config, the extra paths among `args`: those without '=')."""
     args = args or []
-    try:
-        config = load_config(files, [a for a in args if "=" in a])
-    except ConfigError as exc:
-        console.print(f"[red]{exc}[/red]")
-        raise typer.Exit(2) from None
-    return config, [Path(a) for a in args if "=" not in a]
+    return load_config(files, [a for a in args if "=" in a]), [Path(a) for a in args if "=" not in a]
+
+
+def _positive_ints(text: str) -> list[int]:
+    """--k's comma-separated values, refused unless each is a positive integer."""
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    if not parts or not all(part.isdecimal() and int(part) >= 1 for part in parts):
+        raise UserError(f"--k: k must be positive integers, got {text!r}")
+    return [int(part) for part in parts]
 
 
 def _run_tasks_file(run: Path) -> Path:
@@ -440,7 +390,7 @@ def _run_tasks_file(run: Path) -> Path:
     meta = run / "run.json"
     recorded = json.loads(meta.read_text()).get("tasks_file") if meta.exists() else None
     if not recorded:
-        raise ValueError(f"{meta} does not name its tasks file; pass --tasks")
+        raise UserError(f"{meta} does not name its tasks file; pass --tasks")
     return Path(recorded)
 
 
@@ -457,28 +407,17 @@ def select_(runs: list[Path] = typer.Option(..., "--runs", help="eval run direct
             files: list[Path] = ConfigFiles, args: list[str] = MoreAndOverrides) -> None:
     """Pick one trajectory per task with a verifier; write Best@k vs Pass@k, scores, choices and preds to OUT."""
     from patchgym.inference.factory import make_engine
-    from patchgym.tasks import TaskError, read_tasks
+    from patchgym.tasks import read_tasks
     from patchgym.verify.run import select
-    from patchgym.verify.scoring import VerifierError
 
-    config, more = _verify_config(files, [*[f"verifier.model={model}"] * bool(model), *(args or [])])
-    try:
-        ks = [int(x) for x in k.split(",") if x.strip()]
-        if not ks or min(ks) < 1:
-            raise ValueError(f"k must be positive integers, got {k!r}")
-        tasks = tasks or _run_tasks_file([*runs, *more][0])
-        task_list = read_tasks(tasks)
-    except (ValueError, TaskError) as exc:
-        console.print(f"[red]--k or --tasks: {exc}[/red]", soft_wrap=True)
-        raise typer.Exit(2) from None
+    config, more = _verify_config(files, [*_given({"verifier.model": model}), *(args or [])])
+    ks = _positive_ints(k)
+    task_list = read_tasks(tasks or _run_tasks_file([*runs, *more][0]))
     spec = config.verifier.model or config.inference.model
     engine = make_engine(config.inference.model_copy(update={"model": spec}))
     try:
         summary = select([*runs, *more], task_list, verifier, ks, out, engine, config.verifier, config.sandbox,
                          model_name=spec, seed=config.seed, progress=not as_json)
-    except VerifierError as exc:
-        console.print(f"[red]{exc}[/red]", soft_wrap=True)
-        raise typer.Exit(2) from None
     finally:
         engine.close()
     if as_json:
@@ -505,19 +444,13 @@ def train_verifier_(trajectories: list[Path] = typer.Option(..., "--trajectories
     """Fine-tune a YES/NO judge on graded trajectories (label = resolved), the loss on the verdict token only."""
     import torch
 
-    from patchgym.train.loop import TrainError
     from patchgym.agent.trajectory_files import read_trajectories
-    from patchgym.verify.scoring import VerifierError
     from patchgym.verify.train import train_verifier
 
     config, more = _verify_config(files, args)
     torch.set_num_threads(config.inference.threads)
-    try:
-        summary = train_verifier(read_trajectories([*trajectories, *more]), model, out, config.verifier,
-                                 config.train, device=config.inference.device, seed=config.seed)
-    except (TrainError, VerifierError) as exc:
-        console.print(f"[red]{exc}[/red]", soft_wrap=True)
-        raise typer.Exit(2) from None
+    summary = train_verifier(read_trajectories([*trajectories, *more]), model, out, config.verifier,
+                             config.train, device=config.inference.device, seed=config.seed)
     console.print(f"verifier: {out} ({summary['examples']} examples, {summary['resolved']} resolved, "
                   f"{summary['steps']} steps); verdict loss {summary['loss_before']:.4f} -> "
                   f"{summary['loss_after']:.4f}", soft_wrap=True)
@@ -536,11 +469,7 @@ def tasks_build(packages: str = typer.Option(..., help="comma-separated package 
 
     config = _config(files, overrides)
     names = list(load_recipes()) if packages == "all" else [p.strip() for p in packages.split(",") if p.strip()]
-    try:
-        result = build_tasks(names, per_package, seed, out, backend=config.sandbox.backend, workers=workers)
-    except KeyError as exc:
-        console.print(f"[red]{exc.args[0]}[/red]", soft_wrap=True)
-        raise typer.Exit(2) from None
+    result = build_tasks(names, per_package, seed, out, backend=config.sandbox.backend, workers=workers)
     console.print(f"{result['tasks']} tasks -> {result['tasks_file']}")
     if not result["tasks"]:
         raise typer.Exit(1)

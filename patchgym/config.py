@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from patchgym.agent.config import AgentConfig
 from patchgym.cluster.config import ClusterConfig
+from patchgym.errors import UserError
 from patchgym.inference.config import InferenceConfig
 from patchgym.rl.config import AlgorithmConfig
 from patchgym.rollout.config import RolloutConfig
@@ -25,7 +26,7 @@ M = TypeVar("M", bound=BaseModel)
 KeyPath = tuple[Any, ...]
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A config that cannot be loaded; the message is meant for the user as is."""
 
 

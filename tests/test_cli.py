@@ -7,6 +7,7 @@ from typer.testing import CliRunner
 
 from patchgym import doctor
 from patchgym.cli import app
+from patchgym.errors import UserError
 
 runner = CliRunner()
 
@@ -78,3 +79,45 @@ def test_tasks_import_unknown_format_is_a_clear_error(tmp_path):
     src.write_text("{}\n")
     result = runner.invoke(app, ["tasks", "import", str(src), "-f", "swebnech", "-o", str(tmp_path / "o.jsonl")])
     assert result.exit_code == 2 and "swebench" in result.stdout
+
+
+class NotYourFault(UserError):
+    pass
+
+
+def raising(exc: Exception):
+    def fail(*args, **kwargs):
+        raise exc
+    return fail
+
+
+def test_a_user_error_from_any_command_is_its_message_and_exit_2(monkeypatch, tmp_path):
+    import patchgym.report
+    import patchgym.tasks
+
+    message = "run [abc] is not ready: fix it"  # brackets print as is, not as a style tag
+    monkeypatch.setattr(patchgym.report, "write_report", raising(NotYourFault(message)))
+    result = runner.invoke(app, ["report", str(tmp_path)])
+    assert result.exit_code == 2 and message in result.stdout and "Traceback" not in result.stdout
+    monkeypatch.setattr(patchgym.tasks, "read_tasks", raising(NotYourFault(message)))
+    nested = runner.invoke(app, ["tasks", "list", str(tmp_path / "t.jsonl")])  # a command of a sub-group
+    assert nested.exit_code == 2 and message in nested.stdout
+
+
+def test_any_other_error_is_not_swallowed(monkeypatch, tmp_path):
+    import patchgym.report
+
+    monkeypatch.setattr(patchgym.report, "write_report", raising(KeyError("a bug")))
+    result = runner.invoke(app, ["report", str(tmp_path)])
+    assert result.exit_code == 1 and isinstance(result.exception, KeyError)
+
+
+def test_k_must_be_positive_integers(tmp_path):
+    for k in ("0", "1,x", ","):
+        result = runner.invoke(app, ["select", "--runs", str(tmp_path), "--k", k, "--out", str(tmp_path / "s")])
+        assert result.exit_code == 2 and f"--k: k must be positive integers, got {k!r}" in result.stdout
+
+
+def test_tasks_build_names_an_unknown_package(tmp_path):
+    result = runner.invoke(app, ["tasks", "build", "--packages", "no-such-package", "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "no recipe for no-such-package; known: " in result.stdout

@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 LAYERS = (
     # leaves any stage may use
+    "patchgym.errors",
     "patchgym.paths",
     "patchgym.files",
     "patchgym.termination",

@@ -86,7 +86,7 @@ class AgentConfig(BaseModel):
     observation_template: str = Field(OBSERVATION, description="Jinja; variables: observation, steps_remaining")
     observation_role: Literal["user", "tool"] = Field(
         "user", description="chat role of observations; 'user' works with every chat template")
-    max_steps: int = Field(50, ge=1, description="turns before `max_steps` (eval uses 100)")
+    max_steps: int = Field(50, ge=1, description="turns before `max_steps` (eval uses 100: patchgym/eval/defaults.yaml)")
     max_context_tokens: int = Field(8192, ge=16, description=(
         "prompt + all sampled tokens, checked before each generation (`max_context`); a turn cut to fit still "
         "gets its unsampled closing (ChatML: 2 tokens) after it"))

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from patchgym.agent.trajectory import Trajectory
+from patchgym.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +27,7 @@ FILE_NAME = "trajectories.jsonl"
 _ITERATION = re.compile(r"iter-(\d+)$")
 
 
-class TrajectoryFileError(ValueError):
+class TrajectoryFileError(UserError, ValueError):
     """A trajectory file that is missing or holds something other than trajectory records."""
 
 

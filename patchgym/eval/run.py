@@ -1,9 +1,10 @@
 """An evaluation run: every task N times through the rollout engine, then RUN/summary.json, RUN/preds.jsonl and a
 terminal table.
 
-RUN/ holds config.yaml (written by the CLI), run.json (what was evaluated), trajectories.jsonl (one graded record per
-task and run, appended as they finish, so a rerun resumes), summary.json, and preds.jsonl: SWE-bench predictions
-(instance_id, model_name_or_path, model_patch) of run 0; with N > 1 runs also preds-run<r>.jsonl for each run r.
+RUN/ holds config.yaml (written by patchgym.eval.build), run.json (what was evaluated), trajectories.jsonl (one graded
+record per task and run, appended as they finish, so a rerun resumes), summary.json, and preds.jsonl: SWE-bench
+predictions (instance_id, model_name_or_path, model_patch) of run 0; with N > 1 runs also preds-run<r>.jsonl for each
+run r.
 """
 
 import json

@@ -15,6 +15,7 @@ from typing import Literal
 
 from patchgym.agent.trajectory import Trajectory, Turn
 from patchgym.agent.trajectory_files import files_of, key_of, read_file
+from patchgym.errors import UserError
 
 RunKind = Literal["train", "eval", "select"]
 
@@ -22,7 +23,7 @@ _CALL_START = re.compile(r"<function\s*=|<tool_call>")
 _BARE_CALL = re.compile(r'\{\s*"(name|function)"\s*:')
 
 
-class RunError(ValueError):
+class RunError(UserError, ValueError):
     """The directory is not a run this package can read."""
 
 

@@ -10,6 +10,8 @@ from dataclasses import dataclass, replace
 
 from torch import Tensor
 
+from patchgym.errors import UserError
+
 COMPACT_TERMINATIONS = frozenset({"max_context", "max_steps", "timeout"})  # DeepSWE: truncation, max steps, timeout
 
 
@@ -25,7 +27,7 @@ class Sample:
     resolved: bool  # the final patch passed the task's tests
 
 
-class SamplingExhausted(RuntimeError):
+class SamplingExhausted(UserError, RuntimeError):
     """Dynamic sampling ran its bound of generation rounds without filling the batch."""
 
 

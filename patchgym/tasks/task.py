@@ -6,8 +6,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from patchgym.errors import UserError
 
-class TaskError(ValueError):
+
+class TaskError(UserError, ValueError):
     """A task file or row that cannot be used; the message names the file, the row and the field."""
 
 

@@ -24,6 +24,7 @@ from rich.console import Console
 from patchgym.agent.trajectory import Trajectory
 from patchgym.cluster import make_engine, make_rollouts
 from patchgym.config import Config, dump_config
+from patchgym.errors import UserError
 from patchgym.rl.shaping import dynamic_sampling, groups_still_needed
 from patchgym.rollout import ModelAgent
 from patchgym.tasks import Task, TaskError, read_tasks
@@ -42,7 +43,7 @@ __all__ = ["Trainer", "TrainError", "console", "group_of", "select_training_batc
 console = Console()
 
 
-class TrainError(ValueError):
+class TrainError(UserError, ValueError):
     """A training run that cannot start as configured; the message names the key or file to fix."""
 
 

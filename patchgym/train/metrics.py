@@ -21,7 +21,7 @@ from patchgym.files import append_line, write_atomic
 # Keys of every line (the policy update's own metrics come on top); nested dicts are counts.
 KEYS = (
     "iteration", "stage", "optimizer_steps", "lr", "tasks", "trajectories", "rounds", "reward_mean", "reward_std",
-    "resolve_rate", "resolved", "advantage_mean", "advantage_std", "advantage_min", "advantage_max",
+    "reward_before_shaping", "resolve_rate", "resolved", "advantage_mean", "advantage_std", "advantage_min", "advantage_max",
     "advantage_zero_fraction", "trained_trajectories", "steps_per_trajectory", "sampled_tokens_per_trajectory",
     "tokens_per_trajectory", "rollout_tokens_per_s", "terminations", "filters", "time_rollout_s", "time_grading_s",
     "time_training_s", "time_weight_sync_s", "time_iteration_s", "time_rollout_wait_s", "policy_version_min",
@@ -75,12 +75,12 @@ def flatten(record: dict[str, Any], prefix: str = "") -> dict[str, float]:
 def rollout_stats(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
     """Outcome and length statistics of an iteration's trajectories (infrastructure errors excluded from rates)."""
     scored = [t for t in trajectories if t.scored]
-    rewards = [reward(t) for t in scored]
     return {
         "tasks": len({t.task_id for t in trajectories}),
         "trajectories": len(trajectories),
         "resolved": sum(t.resolved for t in scored),
         "resolve_rate": _mean([float(t.resolved) for t in scored]),
+        "reward_before_shaping": _mean([reward(t) for t in scored]),
         "steps_per_trajectory": _mean([t.steps for t in scored]),
         "sampled_tokens_per_trajectory": _mean([t.sampled_tokens for t in scored]),
         "tokens_per_trajectory": _mean([sum(len(x.prompt_ids) + len(x.completion_ids) + len(x.close_ids)

@@ -10,10 +10,12 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from patchgym.errors import UserError
+
 MISSING_LOGPROB = -1e4  # a candidate absent from a server's top logprobs (R2E-Gym's value)
 
 
-class VerifierError(RuntimeError):
+class VerifierError(UserError, RuntimeError):
     """The verifier cannot run as configured; the message says why and what to change."""
 
 

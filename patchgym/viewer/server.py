@@ -5,6 +5,7 @@ import json
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from patchgym.errors import UserError
 from patchgym.viewer.index import TrajectoryIndex
 
 PAGE = Path(__file__).with_name("page.html")
@@ -44,6 +45,9 @@ def make_server(run: str | Path, host: str = "127.0.0.1", port: int = 8765) -> T
         def log_message(self, format: str, *args) -> None:
             pass  # one line per request would bury the address the user needs
 
-    server = ThreadingHTTPServer((host, port), Handler)
+    try:
+        server = ThreadingHTTPServer((host, port), Handler)
+    except OSError as exc:
+        raise UserError(f"cannot listen on {host}:{port}: {exc.strerror} (choose another --port)") from None
     server.daemon_threads = True
     return server

@@ -60,3 +60,9 @@ def test_the_command_explains_a_missing_run(tmp_path):
     result = CliRunner().invoke(app, ["check-tokens", str(tmp_path), "--model", "tiny"])
     assert result.exit_code == 2 and "no trajectories in" in result.stdout
     assert CliRunner().invoke(app, ["check-tokens", str(tmp_path)]).exit_code == 2  # no run.json, no --model
+
+
+def test_the_command_names_a_file_that_holds_no_trajectory(tmp_path):
+    (tmp_path / "one.json").write_text('{"turns": 3}')
+    result = CliRunner().invoke(app, ["check-tokens", str(tmp_path / "one.json"), "--model", "tiny"])
+    assert result.exit_code == 2 and f"{tmp_path / 'one.json'}: not a trajectory record" in result.stdout

@@ -122,6 +122,16 @@ def test_view_refuses_a_directory_that_is_not_a_run(tmp_path):
     assert result.exit_code == 2 and "not a train, eval or select run" in result.output
 
 
+def test_view_on_a_port_in_use_says_so(eval_run):
+    taken = make_server(eval_run, port=0)
+    try:
+        port = str(taken.server_address[1])
+        result = CliRunner().invoke(app, ["view", str(eval_run), "--port", port])
+        assert result.exit_code == 2 and f"cannot listen on 127.0.0.1:{port}: Address already in use" in result.output
+    finally:
+        taken.server_close()
+
+
 @pytest.fixture
 def browser(monkeypatch):
     if shutil.which("chromium") is None or not Path(CHROMEDRIVER).exists():

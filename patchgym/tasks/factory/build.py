@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from patchgym.errors import UserError
 from patchgym.sandbox import SandboxConfig, images
 from patchgym.sandbox.pool import SandboxPool
 from patchgym.tasks.factory.diffs import new_file_diff
@@ -31,7 +32,7 @@ def build_tasks(packages: list[str], per_package: int, seed: int, out_dir: Path,
     recipes = load_recipes()
     unknown = [p for p in packages if p not in recipes]
     if unknown:
-        raise KeyError(f"no recipe for {', '.join(unknown)}; known: {', '.join(recipes)}")
+        raise UserError(f"no recipe for {', '.join(unknown)}; known: {', '.join(recipes)}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     config = SandboxConfig(backend=backend)
