@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS = (
     # leaves any stage may use
     "patchgym.errors",
+    "patchgym.registry",
     "patchgym.paths",
     "patchgym.files",
     "patchgym.termination",

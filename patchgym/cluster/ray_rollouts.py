@@ -107,7 +107,7 @@ class RayRolloutEngine(RolloutEngine):
                  cluster: ClusterConfig, run_dir: str | Path, progress: bool = True):
         super().__init__(agent, sandbox, config, run_dir=run_dir, progress=progress)
         self.cluster = cluster
-        self.stats = ClusterStats()
+        self.stats = ClusterStats(total=0, resumed=0)
 
     def run(self, tasks: list[Task], samples: int = 1, *, prefix: str = "") -> list[Trajectory]:
         """Every task `samples` times; returns the trajectories (resumed ones included) in task, sample order."""

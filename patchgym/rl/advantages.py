@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from patchgym.registry import registrar
+
 
 @dataclass(frozen=True)
 class GroupStats:
@@ -39,16 +41,8 @@ class GroupStats:
 
 Estimator = Callable[[Tensor, GroupStats, float], Tensor]
 ADVANTAGE_ESTIMATORS: dict[str, Estimator] = {}
-
-
-def register_estimator(name: str) -> Callable[[Estimator], Estimator]:
-    """Decorator: make an estimator available to `compute_advantages` (and the config) under `name`."""
-
-    def register(fn: Estimator) -> Estimator:
-        ADVANTAGE_ESTIMATORS[name] = fn
-        return fn
-
-    return register
+# Decorator: make an estimator available to `compute_advantages` (and the config) under a name.
+register_estimator = registrar(ADVANTAGE_ESTIMATORS)
 
 
 @register_estimator("grpo")

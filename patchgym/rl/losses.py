@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from patchgym.registry import registrar
+
 LOG_RATIO_LIMIT = 20.0  # verl clamps log-ratios to +-20 so exp() cannot overflow
 
 
@@ -27,16 +29,8 @@ class Denominators:
 
 Aggregator = Callable[[Tensor, Tensor, Denominators], Tensor]  # (row sums of m*l, row token counts, denominators)
 AGGREGATIONS: dict[str, Aggregator] = {}
-
-
-def register_aggregation(name: str) -> Callable[[Aggregator], Aggregator]:
-    """Decorator: make a loss aggregation available to `aggregate_loss` (and the config) under `name`."""
-
-    def register(fn: Aggregator) -> Aggregator:
-        AGGREGATIONS[name] = fn
-        return fn
-
-    return register
+# Decorator: make a loss aggregation available to `aggregate_loss` (and the config) under a name.
+register_aggregation = registrar(AGGREGATIONS)
 
 
 @register_aggregation("token-mean")

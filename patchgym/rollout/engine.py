@@ -48,20 +48,21 @@ def trajectory_id(task: Task, sample: int, prefix: str = "") -> str:
     return f"{prefix}{task.instance_id}#{sample}"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RolloutStats:
-    """Live counters, shown on the progress bar and returned with the run."""
+    """Live counters, shown on the progress bar and returned with the run; `total` and `resumed` are what the run
+    was asked for and found recorded when it started."""
 
-    total: int = 0
-    done: int = 0
-    resumed: int = 0
+    started: float = field(default_factory=time.monotonic)
+    total: int
+    done: int = 0  # recorded, resumed ones included
     resolved: int = 0
     steps: int = 0
+    resumed: int
     infra_errors: int = 0
-    retries: int = 0
     sandboxes_in_use: int = 0
+    retries: int = 0
     sampled_tokens: int = 0
-    started: float = field(default_factory=time.monotonic)
 
     @property
     def mean_steps(self) -> float:
@@ -84,7 +85,7 @@ class RolloutEngine:
         self.run_dir = Path(run_dir)
         self.store = TrajectoryStore(self.run_dir / "trajectories.jsonl")
         self.progress, self.grade = progress, grade
-        self.stats = RolloutStats()
+        self.stats = RolloutStats(total=0, resumed=0)
 
     def run(self, tasks: list[Task], samples: int = 1, *, prefix: str = "") -> list[Trajectory]:
         """Every task `samples` times; returns the trajectories (resumed ones included) in task, sample order."""

@@ -1,7 +1,7 @@
 """Training batches from trajectories: one token sequence per trajectory (built from its stored ids, never
 re-tokenised), micro-batches packed by a token budget, and padded tensors for one forward pass."""
 
-from collections.abc import Sequence
+from collections.abc import Sequence, Sized
 from dataclasses import dataclass
 
 import torch
@@ -62,8 +62,9 @@ def _mask_format_error_turns(trajectory: Trajectory, loss_mask: list[int]) -> li
     return masked
 
 
-def pack_micro_batches(sequences: Sequence[TrainSequence], token_budget: int) -> list[list[int]]:
-    """Indices of `sequences` grouped so that each group's padded size (rows x longest) is <= `token_budget`.
+def pack_micro_batches(sequences: Sequence[Sized], token_budget: int) -> list[list[int]]:
+    """Indices of `sequences` (anything with a length: TrainSequences, id lists) grouped so that each group's
+    padded size (rows x longest) is <= `token_budget`.
 
     Greedy over the sequences sorted longest first, so each group pads little; a sequence longer than the budget
     gets a group of its own. The result depends only on the lengths, so every rank packs the same way.

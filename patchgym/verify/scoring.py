@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from patchgym.errors import UserError
+from patchgym.train.batch import pack_micro_batches
 
 MISSING_LOGPROB = -1e4  # a candidate absent from a server's top logprobs (R2E-Gym's value)
 
@@ -74,14 +75,8 @@ def _hf_logprobs(engine, prompts: Mapping[str, list[int]], candidates: list[int]
 
 def _length_groups(prompts: Mapping[str, list[int]], batch_tokens: int) -> list[list[str]]:
     """Keys grouped longest first so that rows x longest <= batch_tokens (a longer prompt goes alone)."""
-    order = sorted(prompts, key=lambda key: (-len(prompts[key]), key))
-    groups: list[list[str]] = []
-    for key in order:
-        if groups and (len(groups[-1]) + 1) * len(prompts[groups[-1][0]]) <= batch_tokens:
-            groups[-1].append(key)
-        else:
-            groups.append([key])
-    return groups
+    keys = sorted(prompts)
+    return [[keys[i] for i in group] for group in pack_micro_batches([prompts[k] for k in keys], batch_tokens)]
 
 
 def _server_logprobs(engine, prompts: Mapping[str, list[int]], candidates: list[int],
