@@ -78,7 +78,7 @@ def direct_s(task: Task, config: SandboxConfig, steps: int) -> float:
             observation = result.observation
             if result.done:
                 break
-        env.patch()
+        env.patch(AgentConfig().max_patch_bytes)
     finally:
         env.close()
     return time.perf_counter() - start

@@ -13,6 +13,7 @@ from typer.core import TyperGroup
 
 from patchgym.config import Config, load_config
 from patchgym.errors import UserError
+from patchgym.files import read_json_object, read_text
 
 console = Console()
 
@@ -136,6 +137,8 @@ def tasks_import(source: str = typer.Argument(..., help="FILE.jsonl, FILE.parque
     result = import_tasks(fmt, source, exclude_repos_of=str(exclude_repos_of) if exclude_repos_of else None)
     for line in result.errors:
         console.print(f"[yellow]{line}[/yellow]", soft_wrap=True)
+    if result.errors and not result.tasks:
+        raise UserError(f"{source}: no row is a valid {fmt} task (the problems are listed above)")
     write_tasks(result.tasks, out)
     console.print(f"{len(result.tasks)} tasks -> {out}; {len(result.errors)} bad rows; "
                   f"{len(result.dropped)} dropped (repo in the evaluation set)")
@@ -169,6 +172,16 @@ def _find_task(tasks_path: Path, instance: str):
     return tasks[instance]
 
 
+def _read_patch(patch: Path) -> str:
+    """The patch file's text, or stdin's for '-'; a UserError when it is missing or not text."""
+    if str(patch) != "-":
+        return read_text(patch, "patch file")
+    try:
+        return sys.stdin.buffer.read().decode()
+    except UnicodeDecodeError as exc:
+        raise UserError(f"the patch on stdin is not UTF-8 text (byte {exc.start}): is it a binary file?") from None
+
+
 @app.command()
 def grade(tasks: Path = typer.Option(..., help="tasks JSONL"), instance: str = typer.Option(..., help="instance_id"),
           patch: Path = typer.Option(..., help="the patch to grade (unified diff; '-' for stdin)"),
@@ -180,8 +193,7 @@ def grade(tasks: Path = typer.Option(..., help="tasks JSONL"), instance: str = t
 
     config = _config(files, overrides)
     task = _find_task(tasks, instance)
-    text = sys.stdin.read() if str(patch) == "-" else patch.read_text()
-    result = grade_patch(task, text, config.sandbox, timeout=timeout)
+    result = grade_patch(task, _read_patch(patch), config.sandbox, timeout=timeout)
     if as_json:
         keys = ("instance_id", "resolved", "tests", "f2p", "p2p", "error", "error_detail", "exit_code", "duration")
         print(json.dumps(result.model_dump(include=set(keys))))
@@ -388,7 +400,7 @@ def _positive_ints(text: str) -> list[int]:
 def _run_tasks_file(run: Path) -> Path:
     """The tasks file an eval run was made from, as its run.json records it."""
     meta = run / "run.json"
-    recorded = json.loads(meta.read_text()).get("tasks_file") if meta.exists() else None
+    recorded = read_json_object(meta, "run record").get("tasks_file") if meta.exists() else None
     if not recorded:
         raise UserError(f"{meta} does not name its tasks file; pass --tasks")
     return Path(recorded)

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from patchgym.agent.config import AgentConfig
 from patchgym.cluster.config import ClusterConfig
 from patchgym.errors import UserError
+from patchgym.files import read_text
 from patchgym.inference.config import InferenceConfig
 from patchgym.rl.config import AlgorithmConfig
 from patchgym.rollout.config import RolloutConfig
@@ -104,10 +105,9 @@ def dump_config(cfg: BaseModel) -> str:
 
 
 def _read_yaml(path: Path) -> dict:
-    if not path.is_file():
-        raise ConfigError(f"config file '{path}' not found")
+    text = read_text(path, "config file", ConfigError)
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""

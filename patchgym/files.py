@@ -1,13 +1,15 @@
 """Crash-safe writes shared by every stage: whole files replaced atomically, JSONL lines appended whole, and
-host-wide locks."""
+host-wide locks; and the reading of files a user names, whose every failure is a message naming the file."""
 
 import fcntl
+import json
 import os
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from patchgym.errors import UserError
 from patchgym.paths import store_dir
 
 
@@ -49,3 +51,31 @@ def file_lock(name: str) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def read_text(path: str | Path, what: str, error: type[UserError] = UserError) -> str:
+    """The UTF-8 text of a file the user named (`what`: "config file", "patch file"); otherwise `error` with a
+    message naming the file and the problem (not found, a directory, unreadable, not text)."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        problem = f"is not UTF-8 text (byte {exc.start} is {exc.object[exc.start]:#04x}): is it a binary file?"
+    except FileNotFoundError:
+        problem = "not found"
+    except IsADirectoryError:
+        problem = "is a directory, not a file"
+    except OSError as exc:
+        problem = f"cannot be read: {exc.strerror}"
+    raise error(f"{what} '{path}' {problem}")
+
+
+def read_json_object(path: str | Path, what: str, error: type[UserError] = UserError) -> dict:
+    """The JSON object in a file the user named (a run's run.json); `error` naming the file otherwise."""
+    text = read_text(path, what, error)
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise error(f"{what} '{path}' is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise error(f"{what} '{path}' holds a JSON {type(value).__name__}, not an object")
+    return value

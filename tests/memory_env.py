@@ -12,7 +12,7 @@ import difflib
 from patchgym.env.base import StepResult
 from patchgym.env.grading.grade import Grade
 from patchgym.env.tools.calls import FormatError, parse_tool_call
-from patchgym.sandbox import SandboxError
+from patchgym.sandbox import DiffTooLarge, SandboxError
 from patchgym.tasks import Task
 
 BUGGY = {"calc.py": "def add(a, b):\n    return a - b\n"}
@@ -95,10 +95,13 @@ class MemoryEnv:
             return f"edited {path}", 0
         return f"unsupported: {name} {command}", 1
 
-    def patch(self) -> str:
+    def patch(self, max_bytes: int) -> str:
         if self.closed:
             raise SandboxError("the memory env was closed")
-        return diff(self.initial, self.files)
+        patch = diff(self.initial, self.files)
+        if len(patch.encode()) > max_bytes:
+            raise DiffTooLarge(len(patch.encode()), max_bytes)
+        return patch
 
     def close(self) -> None:
         self.closed = True

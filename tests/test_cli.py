@@ -121,3 +121,44 @@ def test_k_must_be_positive_integers(tmp_path):
 def test_tasks_build_names_an_unknown_package(tmp_path):
     result = runner.invoke(app, ["tasks", "build", "--packages", "no-such-package", "--out", str(tmp_path)])
     assert result.exit_code == 2 and "no recipe for no-such-package; known: " in result.stdout
+
+
+BINARY = b"\x89PNG\r\n\x1a\n\x00\xff\xfe\x01"  # the start of a PNG: not UTF-8 text
+BAD_FILES = {"binary.yaml": BINARY, "bad.yaml": b"a: [1\n", "list.yaml": b"- 1\n- 2\n", "binary.jsonl": BINARY,
+             "bad.jsonl": b"not json\n", "list.jsonl": b"[1, 2]\n", "broken.parquet": b"PAR1 cut short",
+             "run/run.json": b"{\"tasks_file\": "}
+
+
+# Each case: the command on a bad file (FILE under the test's directory) and what the message must say.
+@pytest.mark.parametrize("args, message", [
+    (["doctor", "-c", "{d}/binary.yaml"], "config file '{d}/binary.yaml' is not UTF-8 text (byte 0 is 0x89)"),
+    (["doctor", "-c", "{d}/bad.yaml"], "config file '{d}/bad.yaml', line 2, column 1: invalid YAML"),
+    (["doctor", "-c", "{d}/list.yaml"], "config file '{d}/list.yaml': the top level must be a mapping"),
+    (["doctor", "-c", "{d}/nope.yaml"], "config file '{d}/nope.yaml' not found"),
+    (["doctor", "-c", "{d}/run"], "config file '{d}/run' is a directory, not a file"),
+    (["tasks", "import", "{d}/binary.jsonl", "-f", "swebench", "-o", "{d}/o.jsonl"],
+     "{d}/binary.jsonl: no row is a valid swebench task"),
+    (["tasks", "import", "{d}/bad.jsonl", "-f", "swebench", "-o", "{d}/o.jsonl"],
+     "{d}/bad.jsonl:1: field (row): not valid JSON"),
+    (["tasks", "import", "{d}/list.jsonl", "-f", "swebench", "-o", "{d}/o.jsonl"],
+     "{d}/list.jsonl:1: field (row): not a JSON object"),
+    (["tasks", "import", "{d}/broken.parquet", "-f", "swebench", "-o", "{d}/o.jsonl"],
+     "cannot read {d}/broken.parquet as Parquet"),
+    (["tasks", "import", "{d}/nope.jsonl", "-f", "swebench", "-o", "{d}/o.jsonl"], "cannot read {d}/nope.jsonl"),
+    (["tasks", "import", "{d}/run", "-f", "swebench", "-o", "{d}/o.jsonl"], "cannot read {d}/run: a directory"),
+    (["tasks", "list", "{d}/binary.jsonl"], "tasks file '{d}/binary.jsonl' is not UTF-8 text"),
+    (["sft", "--trajectories", "{d}/binary.jsonl", "--out", "{d}/sft"],
+     "{d}/binary.jsonl:1: not a trajectory record: (record): Invalid JSON"),
+    (["sft", "--trajectories", "{d}/list.jsonl", "--out", "{d}/sft"],
+     "{d}/list.jsonl:1: not a trajectory record: (record): Input should be an object"),
+    (["sft", "--trajectories", "{d}/nope.jsonl", "--out", "{d}/sft"], "trajectory file '{d}/nope.jsonl' not found"),
+    (["select", "--runs", "{d}/run", "--out", "{d}/sel"], "run record '{d}/run/run.json' is not valid JSON"),
+])
+def test_a_bad_input_file_is_a_message_naming_it_and_exit_2(tmp_path, args, message):
+    for name, data in BAD_FILES.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_bytes(data)
+    result = runner.invoke(app, [arg.format(d=tmp_path) for arg in args])
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.exception
+    assert message.format(d=tmp_path) in result.stdout.replace("\n", "")
+    assert "Traceback" not in result.stdout

@@ -9,7 +9,6 @@ It also counts sampled segments that are not the tokenizer's canonical encoding 
 re-tokenises the chat would silently train on other tokens than were sampled there. That count is information.
 """
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 from patchgym.agent import tokens
 from patchgym.agent.trajectory import Trajectory
 from patchgym.agent.trajectory_files import read_trajectories
+from patchgym.files import read_json_object
 
 
 @dataclass
@@ -94,7 +94,7 @@ def _first_difference(got: list[int], expected: list[int]) -> str:
 def run_model_spec(run_dir: Path) -> str | None:
     """The model a run was made with, from its run.json (written by the rollout engine)."""
     meta = run_dir / "run.json"
-    return json.loads(meta.read_text()).get("model") if meta.exists() else None
+    return read_json_object(meta, "run record").get("model") if meta.exists() else None
 
 
 def check_run(run_dir: Path, tokenizer) -> RunCheck:

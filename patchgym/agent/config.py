@@ -93,6 +93,8 @@ class AgentConfig(BaseModel):
     max_seconds: float = Field(1800.0, gt=0, description="wall clock per trajectory before `timeout`")
     max_format_errors: int = Field(5, ge=1, description="consecutive turns without a valid tool call")
     command_timeout_s: float = Field(90.0, gt=0, description="per tool command, inside the sandbox")
+    max_patch_bytes: int = Field(1_000_000, ge=1, description=(
+        "a bigger final patch ends the trajectory as `patch_too_large` (reward 0), neither kept nor graded"))
     sampling: SamplingConfig = SamplingConfig()
 
     _compiles = field_validator("system_prompt", "instance_prompt", "observation_template")(

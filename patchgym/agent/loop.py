@@ -23,7 +23,7 @@ from patchgym.env.base import Env
 from patchgym.env.swe_env import SWEEnv
 from patchgym.env.tools import TOOL_SCHEMAS
 from patchgym.inference import Engine, Generation, SamplingParams
-from patchgym.sandbox import SandboxConfig, SandboxError
+from patchgym.sandbox import DiffTooLarge, SandboxConfig, SandboxError
 from patchgym.tasks import Task
 
 
@@ -48,7 +48,8 @@ def run_agent(task: Task, engine: Engine, env: Env, config: AgentConfig, *,
     """Run one episode of `task` in `env` (reset here; closing it is the caller's) and return its record.
 
     Generation calls `engine.generate` (in a worker thread). A SandboxError (from reset, a step or the final diff)
-    is the `infra_error` termination; any other exception propagates after the partial record is saved.
+    is the `infra_error` termination; a final patch over `config.max_patch_bytes` is `patch_too_large`; any other
+    exception propagates after the partial record is saved.
     """
     async def generate(ids: list[int], messages: list[dict], params: SamplingParams) -> Generation:
         if engine.needs_messages:
@@ -78,7 +79,10 @@ async def arun_agent(task: Task, engine: Engine, env: Env, config: AgentConfig, 
             await _episode(trajectory, task, engine, env, config, start, save, generate)
         except Terminated as end:
             trajectory.termination = end.reason
-        trajectory.patch = await asyncio.to_thread(env.patch)
+        try:
+            trajectory.patch = await asyncio.to_thread(env.patch, config.max_patch_bytes)
+        except DiffTooLarge as exc:  # neither written nor graded: only its size is kept
+            trajectory.termination, trajectory.error = "patch_too_large", f"{exc} (agent.max_patch_bytes)"
     except SandboxError as exc:
         trajectory.termination, trajectory.error = "infra_error", f"{type(exc).__name__}: {exc}"
     except asyncio.CancelledError:

@@ -17,6 +17,9 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
+
+from pydantic import ValidationError
 
 from patchgym.agent.trajectory import Trajectory
 from patchgym.errors import UserError
@@ -62,11 +65,7 @@ def key_of(trajectory: Trajectory) -> str:
 def scan(path: Path, offset: int = 0) -> Iterator[Line | int]:
     """Every whole line's record from byte `offset` on, in file order; a cut last line ends the scan by yielding
     its byte offset (an int) instead of a Line."""
-    try:
-        f = open(path, "rb")
-    except FileNotFoundError:
-        raise TrajectoryFileError(f"trajectory file '{path}' not found") from None
-    with f:
+    with _opened(path) as f:
         f.seek(offset)
         numbered, number = offset == 0, 0  # from a later offset the line numbers are not known
         for raw in f:
@@ -79,22 +78,33 @@ def scan(path: Path, offset: int = 0) -> Iterator[Line | int]:
             offset += len(raw)
 
 
+def _opened(path: Path) -> BinaryIO:
+    try:
+        return open(path, "rb")
+    except FileNotFoundError:
+        raise TrajectoryFileError(f"trajectory file '{path}' not found") from None
+    except OSError as exc:
+        raise TrajectoryFileError(f"trajectory file '{path}' cannot be read: {exc.strerror}") from None
+
+
 def parse(text: str | bytes, path: Path, number: int | None = None) -> Trajectory:
     """One record; TrajectoryFileError naming the file (and the line, when known) when it is not one."""
     try:
         return Trajectory.model_validate_json(text)
-    except ValueError as exc:
+    except ValidationError as exc:
         where = f"{path}:{number}" if number is not None else str(path)
-        raise TrajectoryFileError(f"{where}: not a trajectory record: {str(exc).splitlines()[0]}") from None
+        first, more = exc.errors(include_url=False)[0], exc.error_count() - 1
+        field = ".".join(map(str, first["loc"])) or "(record)"
+        raise TrajectoryFileError(f"{where}: not a trajectory record: {field}: {first['msg']}"
+                                  + (f" (and {more} more problems)" if more else "")) from None
 
 
 def read_file(path: str | Path) -> FileRead:
     """All records of one .jsonl or .json file (see the module's rules)."""
     path = Path(path)
     if path.suffix == ".json":
-        if not path.is_file():
-            raise TrajectoryFileError(f"trajectory file '{path}' not found")
-        data = path.read_bytes()
+        with _opened(path) as f:
+            data = f.read()
         return FileRead(path, [Line(0, len(data), parse(data, path))])
     read = FileRead(path)
     where: dict[str, int] = {}

@@ -35,8 +35,8 @@ class Env(Protocol):
         """Parse the one tool call in `action_text` and run it."""
         ...
 
-    def patch(self) -> str:
-        """The agent's change so far, as a git diff."""
+    def patch(self, max_bytes: int) -> str:
+        """The agent's change so far, as a git diff; patchgym.sandbox.DiffTooLarge when it is over `max_bytes`."""
         ...
 
     def close(self) -> None:

@@ -57,9 +57,11 @@ class SWEEnv:
         result = run_tool(self.sandbox, call, timeout=self.command_timeout, python=self.config.python)
         return StepResult(result.observation, result.done, call=call, exit_code=result.exit_code)
 
-    def patch(self) -> str:
-        """The agent's change: git diff of the whole workspace against the starting commit, binary-safe."""
-        return self.sandbox.diff(self.base_commit, cwd=self.task.workdir, exclude=tuple(self.task.test_files))
+    def patch(self, max_bytes: int) -> str:
+        """The agent's change: git diff of the whole workspace against the starting commit, binary-safe; over
+        `max_bytes`, DiffTooLarge (the sandbox sends back no more than that)."""
+        return self.sandbox.diff(self.base_commit, cwd=self.task.workdir, exclude=tuple(self.task.test_files),
+                                 max_bytes=max_bytes)
 
     def close(self) -> None:
         """Close the sandbox (a pooled one goes back to its pool, which discards it); safe from any thread."""

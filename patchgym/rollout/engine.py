@@ -170,6 +170,8 @@ class RolloutEngine:
 
     async def _grade(self, task: Task, trajectory: Trajectory, pools: PoolSet) -> None:
         """Grade the final patch in a fresh sandbox; a grading sandbox that keeps dying makes it an infra error."""
+        if trajectory.termination == "patch_too_large":  # no patch was kept: nothing to grade, reward 0
+            return
         if not trajectory.patch.strip() and not self.config.grade_empty_patches:
             trajectory.grade = Grade(instance_id=task.instance_id, error="empty_patch")
             return

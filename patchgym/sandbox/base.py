@@ -17,7 +17,7 @@ from typing import Any
 from patchgym.sandbox import lifecycle
 from patchgym.sandbox.channel import Channel
 from patchgym.sandbox.config import SandboxConfig
-from patchgym.sandbox.errors import SandboxError
+from patchgym.sandbox.errors import DiffTooLarge, SandboxError
 from patchgym.sandbox.result import ExecResult
 
 RUNNER_SOURCE = (Path(__file__).parent / "runner.py").read_text()
@@ -27,6 +27,7 @@ ANSWER_GRACE_S = 30.0
 # in seconds and size), so an agent's fix could seem not to take; they would also litter the patch.
 COMMAND_ENV = {"PYTHONDONTWRITEBYTECODE": "1"}
 DIFF_ALWAYS_EXCLUDED = ("*.pyc", "__pycache__")
+DIFF_MAX_BYTES = 16 << 20
 # Errors of file operations that are the caller's, raised as the same built-in exception on the host.
 _CALLER_ERRORS = ("FileNotFoundError", "IsADirectoryError", "NotADirectoryError", "PermissionError",
                   "FileExistsError")
@@ -134,13 +135,20 @@ class Sandbox:
                 tar.add(src, arcname=src.name)
         self._request("untar", ANSWER_GRACE_S + 60, dest=dest, data=base64.b64encode(buf.getvalue()).decode())
 
-    def diff(self, base: str = "HEAD", cwd: str | None = None, exclude: tuple[str, ...] = ()) -> str:
-        """`git diff` of the workspace against `base`, new and deleted files included, `exclude` paths left out."""
+    def diff(self, base: str = "HEAD", cwd: str | None = None, exclude: tuple[str, ...] = (),
+             max_bytes: int = DIFF_MAX_BYTES) -> str:
+        """`git diff` of the workspace against `base`, new and deleted files included, `exclude` paths left out.
+
+        A diff over `max_bytes` raises DiffTooLarge: the runner keeps only `max_bytes` of it (head and tail) and
+        counts the rest, so a huge file in the workspace costs the host no more than that.
+        """
         pathspecs = ["."] + [f":(exclude){p}" for p in (*DIFF_ALWAYS_EXCLUDED, *exclude)]
         result = self.exec(["bash", "-c", _DIFF_SCRIPT, "diff", *pathspecs], cwd=cwd,
-                           env={"PATCHGYM_DIFF_BASE": base}, output_limit=1 << 30, timeout=300)
+                           env={"PATCHGYM_DIFF_BASE": base}, output_limit=max_bytes, timeout=300)
         if not result.ok:
             raise RuntimeError(f"{self.id}: git diff against {base!r} failed ({result.exit_code}): {result.output}")
+        if result.cut_bytes:
+            raise DiffTooLarge(max_bytes + result.cut_bytes, max_bytes)  # what was cut and the max_bytes kept
         return result.output
 
     def close(self) -> None:

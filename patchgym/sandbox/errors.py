@@ -1,5 +1,14 @@
-"""The one error that means "the sandbox itself failed" (infrastructure), never "the agent's command failed"."""
+"""The one error that means "the sandbox itself failed" (infrastructure), never "the agent's command failed", and
+the agent's diff that is too large to read back."""
 
 
 class SandboxError(RuntimeError):
     """A sandbox that could not start, died, or stopped answering; trajectories hit by it are infra errors."""
+
+
+class DiffTooLarge(Exception):
+    """The workspace's diff is over the limit it was read with; only its size came back from the sandbox."""
+
+    def __init__(self, size: int, limit: int):
+        super().__init__(f"the diff is {size} bytes, over the limit of {limit}")
+        self.size, self.limit = size, limit

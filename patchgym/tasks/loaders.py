@@ -81,6 +81,8 @@ def _rows(source: str) -> Iterator[tuple[int, dict | TaskError]]:
     if source.startswith("hf:"):
         return _hf_rows(source.removeprefix("hf:"))
     path = Path(source)
+    if path.is_dir():
+        raise TaskError(f"cannot read {source}: a directory, not a .jsonl or .parquet file")
     if not path.is_file():
         raise TaskError(f"cannot read {source}: no such file")
     if path.suffix == ".jsonl":
@@ -91,12 +93,15 @@ def _rows(source: str) -> Iterator[tuple[int, dict | TaskError]]:
 
 
 def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict | TaskError]]:
-    with open(path) as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            if not raw.strip():
                 continue
             try:
-                row = json.loads(line)
+                row = json.loads(raw.decode())
+            except UnicodeDecodeError as exc:
+                yield number, _field_error("(row)", f"not UTF-8 text (byte {exc.start}): is the file binary?")
+                continue
             except json.JSONDecodeError as exc:
                 yield number, _field_error("(row)", f"not valid JSON: {exc.msg} at column {exc.colno}")
                 continue
@@ -108,11 +113,14 @@ def _parquet_rows(path: Path) -> Iterator[tuple[int, dict]]:
         import pyarrow.parquet as pq
     except ImportError:
         raise TaskError(f"reading {path} needs pyarrow (pip install pyarrow)") from None
-    try:
-        batches = pq.ParquetFile(path).iter_batches()
-    except Exception as exc:  # pyarrow raises several types (ArrowInvalid, OSError) for a file it cannot read
-        raise TaskError(f"cannot read {path} as Parquet: {exc}") from None
-    return enumerate((row for batch in batches for row in batch.to_pylist()), 1)
+    def rows() -> Iterator[dict]:
+        try:
+            for batch in pq.ParquetFile(path).iter_batches():
+                yield from batch.to_pylist()
+        except Exception as exc:  # pyarrow raises several types (ArrowInvalid, OSError), also for a page cut short
+            raise TaskError(f"cannot read {path} as Parquet: {exc}") from None
+
+    return enumerate(rows(), 1)
 
 
 def _hf_rows(spec: str) -> Iterator[tuple[int, dict]]:

@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from patchgym.errors import UserError
+from patchgym.files import read_text
 
 
 class TaskError(UserError, ValueError):
@@ -43,10 +44,7 @@ class Task(BaseModel):
 def read_tasks(path: str | Path) -> list[Task]:
     """Load a JSONL task file; every bad row is reported (file, row, field) in one TaskError."""
     path = Path(path)
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as exc:
-        raise TaskError(f"cannot read tasks file {path}: {exc.strerror}") from None
+    lines = read_text(path, "tasks file", TaskError).splitlines()
     tasks, problems = [], []
     for number, line in enumerate(lines, 1):
         if not line.strip():

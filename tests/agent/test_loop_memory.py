@@ -10,7 +10,7 @@ from patchgym.agent import tokens
 from patchgym.agent.config import AgentConfig
 from patchgym.agent.loop import run_agent
 from patchgym.agent.reference import NullPolicy, PolicyEngine
-from patchgym.agent.trajectory import Trajectory
+from patchgym.agent.trajectory import Trajectory, reward
 from patchgym.env.tools import ToolCall, render_call_xml
 from patchgym.rollout import ScriptedAgent
 
@@ -97,3 +97,12 @@ def test_a_scripted_agent_records_its_policy_as_the_engine():
     trajectory = asyncio.run(agent.play(memory_task(), MemoryEnv(), None, None))
     assert trajectory.termination == "submitted" and trajectory.patch == ""
     assert trajectory.engine["class"] == "NullPolicy"
+
+
+def test_a_patch_over_the_limit_ends_as_patch_too_large_and_only_its_size_is_kept(scripted, tmp_path):
+    size = len(memory_task().patch.encode())
+    trajectory = episode(scripted([FIX, FINISH]), save_path=tmp_path / "t.json", max_patch_bytes=size - 1)
+    assert trajectory.termination == "patch_too_large" and trajectory.scored and trajectory.patch == ""
+    assert f"{size} bytes" in trajectory.error and reward(trajectory) == 0.0
+    assert Trajectory.load(tmp_path / "t.json") == trajectory
+    assert episode(scripted([FIX, FINISH]), max_patch_bytes=size).patch == memory_task().patch  # at the limit: kept

@@ -28,3 +28,17 @@ def test_grade_command_names_a_missing_instance(tiny_task, tmp_path):
     result = CliRunner().invoke(app, ["grade", "--tasks", str(tmp_path / "tasks.jsonl"), "--instance", "nope",
                                       "--patch", "-"], input="")
     assert result.exit_code == 2 and "no task 'nope'" in result.stdout
+
+
+def test_grade_command_refuses_a_patch_that_is_not_text(tiny_task, tmp_path):
+    write_tasks([tiny_task], tmp_path / "tasks.jsonl")
+    (tmp_path / "logo.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff")
+    args = ["grade", "--tasks", str(tmp_path / "tasks.jsonl"), "--instance", tiny_task.instance_id, "--patch"]
+    for patch, stdin, message in [
+            ("logo.png", None, f"patch file '{tmp_path}/logo.png' is not UTF-8 text (byte 0 is 0x89): is it a binary"),
+            ("-", b"diff --git a/x b/x\n\xff\xfe\n", "the patch on stdin is not UTF-8 text (byte 19)"),
+            ("nope.diff", None, f"patch file '{tmp_path}/nope.diff' not found"),
+            (".", None, f"patch file '{tmp_path}' is a directory, not a file")]:
+        result = CliRunner().invoke(app, [*args, patch if patch == "-" else str(tmp_path / patch)], input=stdin)
+        assert result.exit_code == 2 and isinstance(result.exception, SystemExit), (patch, result.exception)
+        assert message in result.stdout.replace("\n", "") and "Traceback" not in result.stdout

@@ -49,7 +49,7 @@ def test_patch_has_every_edit_but_not_the_hidden_tests(env, tiny_task):
     env.reset(tiny_task)
     env.step(bash("sed -i 's/left_operand - right/left_operand + right/' calc/ops.py && echo new > notes.txt && mkdir -p tests "
                   "&& echo 'def test_add(): pass' > tests/test_add.py && rm tests/test_sub.py"))
-    patch = env.patch()
+    patch = env.patch(max_bytes=1_000_000)
     assert "+    return left_operand + right_operand" in patch
     assert "notes.txt" in patch and "deleted file mode" in patch
     assert "tests/test_add.py" not in patch, "the grader owns the hidden test file"

@@ -12,6 +12,7 @@ from patchgym.agent.trajectory import Trajectory
 from patchgym.eval.metrics import summarize
 from patchgym.inference import Generation, SamplingParams
 from patchgym.rollout import RolloutConfig, RolloutEngine, ScriptedAgent, TrajectoryStore
+from patchgym.env.tools import ToolCall, render_call_xml
 from patchgym.sandbox import SandboxConfig
 
 
@@ -162,3 +163,31 @@ def test_trajectories_written_are_valid_records(sandbox_config, tiny_task, tmp_p
     (record,) = lines(tmp_path / "trajectories.jsonl")
     t = Trajectory.model_validate(record)
     assert t.grade.f2p == {"tests/test_add.py::test_add": "PASSED"} and t.engine["class"] == "OraclePolicy"
+
+
+class WritesABigFile(ScriptedAgent):
+    """Writes 100 MB of random bytes into the workspace, then submits."""
+
+    def __init__(self):
+        super().__init__(self, AgentConfig())
+
+    def act(self, task, observation, turn):
+        if turn == 0:
+            return render_call_xml(ToolCall("execute_bash", {"command": "head -c 100000000 /dev/urandom > big.bin"}))
+        return render_call_xml(ToolCall("finish", {}))
+
+
+def test_a_patch_over_max_patch_bytes_is_patch_too_large_and_never_graded(sandbox_config, tiny_task, tmp_path,
+                                                                           monkeypatch):
+    from patchgym.env.grading.grader import Grade
+    from patchgym.rollout import engine as rollout_engine
+
+    graded = []
+    monkeypatch.setattr(rollout_engine, "grade_patch",
+                        lambda task, *a, **k: graded.append(task) or Grade(instance_id=task.instance_id))
+    (t,) = RolloutEngine(WritesABigFile(), sandbox_config, run_dir=tmp_path, progress=False).run([tiny_task])
+    assert t.termination == "patch_too_large" and t.scored and t.grade is None and graded == []
+    assert t.patch == "" and "over the limit of 1000000" in t.error
+    size = int(t.error.split()[3])
+    assert size > 100_000_000  # the whole diff was measured in the sandbox, but not sent back
+    assert len((tmp_path / "trajectories.jsonl").read_bytes()) < 100_000

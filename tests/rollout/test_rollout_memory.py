@@ -90,3 +90,13 @@ def test_a_rerun_resumes_what_is_recorded(tmp_path):
     trajectories = engine(again, tmp_path).run([memory_task()], samples=2)
     assert again.started == 1 and [t.sample for t in trajectories] == [0, 1]
     assert len(path.read_text().splitlines()) == 2
+
+
+def test_a_patch_too_large_is_recorded_scored_and_not_graded(tmp_path):
+    graded = []
+    agent = Counting()
+    agent.config = AgentConfig(max_patch_bytes=10)
+    (t,) = RolloutEngine(agent, SandboxConfig(), run_dir=tmp_path, progress=False, make_env=lambda pools: MemoryEnv(),
+                         grader=lambda *a: graded.append(a)).run([memory_task()])
+    assert t.termination == "patch_too_large" and t.grade is None and t.scored and reward(t) == 0.0
+    assert graded == [] and t.patch == ""

@@ -1,10 +1,12 @@
 """The warm pool hands out pristine sandboxes fast, bounds concurrency, and replaces used ones in the background."""
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from patchgym.sandbox import SandboxConfig
+from patchgym.sandbox import pool as pool_module
 from patchgym.sandbox.pool import SandboxPool
 
 
@@ -48,3 +50,20 @@ def test_pool_replaces_dead_idle_sandboxes(backend, base_image):
         pool._idle[0]._stop()  # dies while idle
         with pool.sandbox() as sb:
             assert sb.exec("echo ok").output == "ok\n"
+
+
+def test_a_burst_is_served_by_the_warm_starts_in_flight(backend, base_image, monkeypatch):
+    started = []
+    real_open = pool_module.open_sandbox
+    monkeypatch.setattr(pool_module, "open_sandbox", lambda *a, **k: started.append(1) or real_open(*a, **k))
+    n = 3
+    with SandboxPool(SandboxConfig(backend=backend), base_image, size=n, max_concurrency=n) as pool:
+        with ThreadPoolExecutor(n) as burst:  # while the pool's n warm starts are still in flight
+            sandboxes = list(burst.map(lambda _: pool.acquire(), range(n)))
+        assert len(started) == n and pool.hits == n, "each acquire started its own beside the warm starts"
+        time.sleep(0.5)
+        assert len(started) == n, "an idle one was started while none could be handed out"
+        for sb in sandboxes:
+            pool.release(sb)
+        _wait_full(pool)
+        assert len(started) == pool.started == 2 * n  # each release started one to take its place

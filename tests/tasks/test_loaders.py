@@ -348,3 +348,23 @@ def test_swebench_rows_get_their_repos_log_parser():
     assert convert_row("swebench", {**row, "repo": "pallets/flask"}).log_parser == "pytest"
     assert convert_row("swebench", {**row, "log_parser": "sympy"}).log_parser == "sympy"
     assert convert_row("swebench", row).log_parser in PARSERS
+
+
+def test_a_parquet_file_damaged_past_its_first_rows_is_a_task_error(tmp_path):
+    pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
+    path = tmp_path / "rows.parquet"
+    pq.write_table(pa.table({"instance_id": [f"id-{i}" for i in range(200)]}), path, row_group_size=100,
+                   compression="none")
+    page = pq.ParquetFile(path).metadata.row_group(1).column(0).data_page_offset
+    data = bytearray(path.read_bytes())
+    data[page: page + 40] = b"\xab" * 40  # the second row group's page header: read only after 100 rows
+    path.write_bytes(data)
+    with pytest.raises(TaskError, match=f"cannot read {path} as Parquet"):
+        list(read_rows(str(path)))
+
+
+def test_a_jsonl_row_that_is_not_utf8_is_a_bad_row(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(b'{"a": 1}\n\xff\xfe{}\n')
+    with pytest.raises(TaskError, match=r"rows\.jsonl:2: field \(row\): not UTF-8 text \(byte 0\)"):
+        list(read_rows(str(path)))

@@ -48,5 +48,5 @@ def test_every_bad_row_is_named_by_file_row_and_field(tmp_path):
 
 
 def test_missing_file_is_a_task_error(tmp_path):
-    with pytest.raises(TaskError, match="cannot read tasks file .*nope.jsonl"):
+    with pytest.raises(TaskError, match="tasks file .*nope.jsonl.* not found"):
         read_tasks(tmp_path / "nope.jsonl")
