@@ -181,6 +181,27 @@ def test_grader_owns_test_config_and_packaging_metadata_but_not_source(tiny_task
             if grader_owns(p, tiny_task)] == []
 
 
+def test_an_imported_row_keeps_the_ignored_metadata_its_image_had(backend, tiny_task, tiny_sources, make_diff):
+    """An editable install's `*.egg-info` is ignored by git: the grader owns it, and must neither drop it as new
+    nor let the patch change it."""
+    clean, buggy_ops = tiny_sources
+    meta = "tests/test_meta.py"
+    pkg_info = "Metadata-Version: 1.1\nName: calc\nVersion: 1.0\n"
+    repo = {**clean, "calc/ops.py": buggy_ops, ".gitignore": "*.egg-info/\n",
+            meta: "import importlib.metadata\n\n\ndef test_meta():\n"
+                  "    assert importlib.metadata.version('calc') == '1.0'\n"}
+    install = make_diff({}, {"calc.egg-info/PKG-INFO": pkg_info})  # made apart: git would leave it out of `repo`
+    task = tiny_task.model_copy(update={
+        "bug_patch": make_diff({}, repo) + install, "PASS_TO_PASS": [*tiny_task.PASS_TO_PASS, f"{meta}::test_meta"],
+        "log_parser": "pytest", "test_cmd": "python -m pytest -rA -p no:cacheprovider tests"})
+    config = SandboxConfig(backend=backend, memory_mb=1024)
+    g = grade_patch(task, task.patch, config, timeout=120)
+    assert g.resolved, g
+    bump = make_diff({"calc.egg-info/PKG-INFO": pkg_info}, {"calc.egg-info/PKG-INFO": pkg_info.replace("1.0", "2.0")})
+    g = grade_patch(task, task.patch + bump, config, timeout=120)
+    assert g.resolved, f"the grader's own copy of the egg-info must be used: {g}"
+
+
 def test_grader_owns_every_config_file_the_sandbox_pytest_reads(backend, base_image):
     with open_sandbox(SandboxConfig(backend=backend), image=base_image) as sb:
         names = sb.exec(["python", "-c", "from _pytest.config.findpaths import CONFIG_LOADERS_BY_NAME as n; "
