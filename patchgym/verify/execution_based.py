@@ -178,6 +178,7 @@ def _candidate(task: Task, patch: str, files: list[str], tests: list[str], confi
     def work(sandbox: Sandbox) -> CandidateCheck:
         wd = task.workdir
         plugins = report.installed_plugins(sandbox, wd)  # before the patch can add one
+        _commit_hidden_owned(sandbox, task)
         try:
             apply_patch(sandbox, patch, wd, "candidate")
         except PatchApplyError as exc:
@@ -206,6 +207,15 @@ def _find_regression_files(sandbox: Sandbox, task: Task, modules: list[str]) -> 
     sandbox.write_file(FIND_SCRIPT, _FIND_TESTS)
     args = shlex.join([sandbox.config.python, FIND_SCRIPT, json.dumps(modules), json.dumps(task.test_files)])
     return json.loads(_exec(sandbox, args, task.workdir).strip().splitlines()[-1])
+
+
+def _commit_hidden_owned(sandbox: Sandbox, task: Task) -> None:
+    """Commit the owned files .gitignore hides (an editable install's `*.egg-info`), as the grader's snapshot does:
+    _restore_owned then puts them back instead of taking them for the patch's new files."""
+    listing = _exec(sandbox, "git -c core.quotepath=off ls-files --others", task.workdir)
+    hidden = [p for p in listing.splitlines() if grader_owns(p, task)]
+    if hidden:
+        _exec(sandbox, f"git add -f -- {shlex.join(hidden)} && {_COMMIT} 'ignored metadata'", task.workdir)
 
 
 def _restore_owned(sandbox: Sandbox, task: Task) -> None:
