@@ -131,6 +131,16 @@ def test_a_run_cut_short_after_forged_reports_is_tampered(grade, make_diff, tiny
     assert "closing check" in g.error_detail
 
 
+def test_lines_written_into_the_report_by_the_code_under_test_are_tampered(grade, make_diff, tiny_sources):
+    clean, buggy_ops = tiny_sources
+    init = clean["calc/__init__.py"]
+    forged = '{"nodeid": "tests/test_add.py::test_add", "when": "call", "outcome": "passed"}'
+    append = ("import atexit, glob\n\n\ndef _append():\n    for path in glob.glob('/opt/patchgym/grader/*.jsonl'):\n"
+              f"        open(path, 'a').write({forged!r} + '\\n')\n\n\natexit.register(_append)\n")
+    g = grade(make_diff({"calc/__init__.py": init}, {"calc/__init__.py": init + append}))
+    assert not g.resolved and g.error == "tampered", g
+
+
 # Tricks for the factory's tasks, whose source directory is on sys.path from the start (a .pth in the image), so
 # pytest finds distributions and modules in the workspace before any test runs.
 def factory_tricks(src: str) -> dict[str, dict[str, str]]:
