@@ -95,7 +95,6 @@ for _config in [o for o in gc.get_objects() if isinstance(o, _pytest.config.Conf
 '''
 
 
-
 @pytest.mark.parametrize("trick", TRICKS)
 def test_tricks_do_not_resolve(grade, make_diff, tiny_sources, trick):
     before, after = adversarial(*tiny_sources)[trick]
@@ -105,7 +104,7 @@ def test_tricks_do_not_resolve(grade, make_diff, tiny_sources, trick):
 
 
 def test_code_that_forges_reports_in_process_is_tampered(grade, make_diff, tiny_sources):
-    clean, buggy_ops = tiny_sources
+    clean, _ = tiny_sources
     init = clean["calc/__init__.py"]
     g = grade(make_diff({"calc/__init__.py": init}, {"calc/__init__.py": init + FORGE_REPORTS}))
     assert not g.resolved and g.error == "tampered", g
@@ -113,7 +112,7 @@ def test_code_that_forges_reports_in_process_is_tampered(grade, make_diff, tiny_
 
 
 def test_code_that_registers_a_report_hook_is_tampered(grade, make_diff, tiny_sources):
-    clean, buggy_ops = tiny_sources
+    clean, _ = tiny_sources
     init = clean["calc/__init__.py"]
     g = grade(make_diff({"calc/__init__.py": init}, {"calc/__init__.py": init + REGISTER_PLUGIN,
                                                      "calc/forge.py": FORCE_PASS_CONFTEST}))
@@ -122,7 +121,7 @@ def test_code_that_registers_a_report_hook_is_tampered(grade, make_diff, tiny_so
 
 
 def test_a_run_cut_short_after_forged_reports_is_tampered(grade, make_diff, tiny_sources):
-    clean, buggy_ops = tiny_sources
+    clean, _ = tiny_sources
     init = clean["calc/__init__.py"]
     # Leaves before pytest's end, so the closing check that would see the forgery never runs.
     leave = "import os\nimport _pytest.config\n_pytest.config.Config._ensure_unconfigure = lambda self: os._exit(0)\n"
@@ -132,7 +131,7 @@ def test_a_run_cut_short_after_forged_reports_is_tampered(grade, make_diff, tiny
 
 
 def test_lines_written_into_the_report_by_the_code_under_test_are_tampered(grade, make_diff, tiny_sources):
-    clean, buggy_ops = tiny_sources
+    clean, _ = tiny_sources
     init = clean["calc/__init__.py"]
     forged = '{"nodeid": "tests/test_add.py::test_add", "when": "call", "outcome": "passed"}'
     append = ("import atexit, glob\n\n\ndef _append():\n    for path in glob.glob('/opt/patchgym/grader/*.jsonl'):\n"

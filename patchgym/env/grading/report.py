@@ -69,8 +69,8 @@ def pytest_command(command: str, report_path: str, plugins: list[str]) -> str:
     """
     # The report plugin first: it must be imported before any other plugin, which may be code under test.
     args = pytest_report_args(report_path) + [arg for name in plugins for arg in ("-p", name)]
-    return (f"export PYTHONSAFEPATH=1 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 PYTHONPATH={PLUGIN_DIR}${{PYTHONPATH:+:$PYTHONPATH}}; "
-            f"unset PYTEST_PLUGINS PYTEST_ADDOPTS; {command} {shlex.join(args)}")
+    env = f"PYTHONSAFEPATH=1 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 PYTHONPATH={PLUGIN_DIR}${{PYTHONPATH:+:$PYTHONPATH}}"
+    return f"export {env}; unset PYTEST_PLUGINS PYTEST_ADDOPTS; {command} {shlex.join(args)}"
 
 
 def _records(text: str) -> list[dict]:
