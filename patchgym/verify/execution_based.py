@@ -244,7 +244,7 @@ def _run_regression(sandbox: Sandbox, task: Task, files: list[str], plugins: lis
     sandbox.exec(command, cwd=task.workdir, timeout=config.regression_timeout_s)
     try:
         statuses = report.read_report(sandbox, REPORT_PATH)
-    except (report.ReportMissing, report.Tampered):  # a tampered run counts as no regression test passing
+    except report.ReportMissing:  # Tampered too: a forged run counts as no regression test passing
         return 0, 0
     return sum(s in PASSING for s in statuses.values()), len(statuses)
 

@@ -130,10 +130,10 @@ def _grade_in(sandbox: Sandbox, task: Task, patch: str, timeout: float) -> Grade
     if task.log_parser == REPORT_PARSER:
         try:
             statuses = report.read_report(sandbox, REPORT_PATH)
-        except report.ReportMissing as exc:
-            statuses, detail = {}, str(exc)
         except report.Tampered as exc:
             return Grade(instance_id=task.instance_id, error="tampered", error_detail=str(exc), exit_code=run.exit_code)
+        except report.ReportMissing as exc:
+            statuses, detail = {}, str(exc)
     else:
         statuses, detail = parsers.parse_log(run.output, task.log_parser), "no test results in the log"
     if not statuses:

@@ -35,8 +35,9 @@ class ReportMissing(Exception):
     """The report file is absent or holds no result: no sign the suite ran, which must not grade as a pass."""
 
 
-class Tampered(Exception):
-    """The run changed how pytest runs or reports tests, or ended before the plugin's closing check."""
+class Tampered(ReportMissing):
+    """The run changed how pytest runs or reports tests, or ended before the plugin's closing check: there is no
+    report to trust, so a caller that does not tell the two apart (the task factory) treats it as missing."""
 
 
 def install_report_plugin(sandbox) -> dict[str, str]:
