@@ -177,13 +177,15 @@ def _candidate(task: Task, patch: str, files: list[str], tests: list[str], confi
                pools: PoolSet) -> CandidateCheck:
     def work(sandbox: Sandbox) -> CandidateCheck:
         wd = task.workdir
+        plugins = report.installed_plugins(sandbox, wd)  # before the patch can add one
+        _commit_hidden_owned(sandbox, task)
         try:
             apply_patch(sandbox, patch, wd, "candidate")
         except PatchApplyError as exc:
             return CandidateCheck(0, 0, error="apply", error_detail=str(exc)[-2000:])
         _restore_owned(sandbox, task)
         _exec(sandbox, f"git add -A && {_COMMIT} candidate", wd)
-        passed, total = _run_regression(sandbox, task, files, config)
+        passed, total = _run_regression(sandbox, task, files, plugins, config)
         return CandidateCheck(passed, total, _run_repro(sandbox, task, tests, config))
 
     result = _with_retries(task, config, pools, work)
@@ -207,6 +209,15 @@ def _find_regression_files(sandbox: Sandbox, task: Task, modules: list[str]) -> 
     return json.loads(_exec(sandbox, args, task.workdir).strip().splitlines()[-1])
 
 
+def _commit_hidden_owned(sandbox: Sandbox, task: Task) -> None:
+    """Commit the owned files .gitignore hides (an editable install's `*.egg-info`), as the grader's snapshot does:
+    _restore_owned then puts them back instead of taking them for the patch's new files."""
+    listing = _exec(sandbox, "git -c core.quotepath=off ls-files --others", task.workdir)
+    hidden = [p for p in listing.splitlines() if grader_owns(p, task)]
+    if hidden:
+        _exec(sandbox, f"git add -f -- {shlex.join(hidden)} && {_COMMIT} 'ignored metadata'", task.workdir)
+
+
 def _restore_owned(sandbox: Sandbox, task: Task) -> None:
     """Undo what the patch did to files the grader owns (tests, test config): restore changed ones, drop new ones."""
     listing = _exec(sandbox, f"git -c core.quotepath=off diff --name-only --no-renames HEAD && echo {_SEPARATOR} && "
@@ -220,20 +231,20 @@ def _restore_owned(sandbox: Sandbox, task: Task) -> None:
         _exec(sandbox, "rm -f -- " + shlex.join(remove), task.workdir)
 
 
-def _run_regression(sandbox: Sandbox, task: Task, files: list[str], config: VerifierConfig) -> tuple[int, int]:
-    """(passed, total) over the tests of `files`, from the report plugin (never from printed output)."""
+def _run_regression(sandbox: Sandbox, task: Task, files: list[str], plugins: list[str],
+                    config: VerifierConfig) -> tuple[int, int]:
+    """(passed, total) over the tests of `files`, from the report plugin (never from printed output), run as the
+    grader runs it: autoload off, only `plugins` (those installed before the patch)."""
     if not files:
         return 0, 0
-    plugin_path = report.install_report_plugin(sandbox)["PYTHONPATH"]
+    report.install_report_plugin(sandbox)
     sandbox.exec(["rm", "-f", REPORT_PATH])
-    # PYTHONSAFEPATH, as in the grader: a file of the patch must not stand in for pytest or the plugin.
-    command = (f"export PYTHONSAFEPATH=1 PYTHONPATH={plugin_path}${{PYTHONPATH:+:$PYTHONPATH}}; "
-               + config.regression_cmd.format(files=shlex.join(files), workdir=task.workdir) + " "
-               + shlex.join(report.pytest_report_args(REPORT_PATH)))
+    command = report.pytest_command(config.regression_cmd.format(files=shlex.join(files), workdir=task.workdir),
+                                    REPORT_PATH, plugins)
     sandbox.exec(command, cwd=task.workdir, timeout=config.regression_timeout_s)
     try:
         statuses = report.read_report(sandbox, REPORT_PATH)
-    except report.ReportMissing:
+    except report.ReportMissing:  # Tampered too: a forged run counts as no regression test passing
         return 0, 0
     return sum(s in PASSING for s in statuses.values()), len(statuses)
 

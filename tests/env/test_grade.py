@@ -3,13 +3,15 @@
 import pytest
 
 from patchgym.agent.trajectory import Trajectory, reward
-from patchgym.env.grading.grade import Grade
+from patchgym.env.grading.grade import GRADING_ERRORS, Grade
 
 
 def test_outcome_names_the_verdict_or_the_error():
     assert Grade(resolved=True).outcome == "resolved"
     assert Grade(resolved=False).outcome == "unresolved"
     assert Grade(error="no_tests_ran").outcome == "no_tests_ran"
+    tampered = Grade(error="tampered")
+    assert tampered.outcome == "tampered" and tampered.reward == 0.0 and "tampered" in GRADING_ERRORS
 
 
 def test_the_reward_is_the_verdict_unless_the_grader_scored_it():

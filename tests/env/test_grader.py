@@ -2,8 +2,8 @@
 
 import pytest
 
-from patchgym.env.grading.grader import grade_patch
-from patchgym.sandbox import SandboxConfig
+from patchgym.env.grading.grader import CONFIG_NAMES, grade_patch, grader_owns
+from patchgym.sandbox import SandboxConfig, open_sandbox
 
 
 @pytest.fixture
@@ -67,6 +67,33 @@ def adversarial(clean: dict[str, str], buggy_ops: str) -> dict[str, tuple[dict, 
 
 TRICKS = list(adversarial({"tests/test_add.py": ""}, ""))
 
+# Appended to the package's own __init__.py, which the tests import: it runs in pytest's process, after the report
+# plugin loaded, and forges every failed report into a pass.
+FORGE_REPORTS = '''
+import _pytest.reports
+
+_made = _pytest.reports.TestReport.from_item_and_call.__func__
+
+
+def _forged(cls, item, call):
+    report = _made(cls, item, call)
+    if report.outcome == "failed":
+        report.outcome, report.longrepr = "passed", None
+    return report
+
+
+_pytest.reports.TestReport.from_item_and_call = classmethod(_forged)
+'''
+# The same forgery through a hook: the package registers a plugin of its own while the tests are collected.
+REGISTER_PLUGIN = '''
+import gc
+
+import _pytest.config
+
+for _config in [o for o in gc.get_objects() if isinstance(o, _pytest.config.Config)]:
+    _config.pluginmanager.register(__import__("calc.forge").forge, "calc-forge")
+'''
+
 
 @pytest.mark.parametrize("trick", TRICKS)
 def test_tricks_do_not_resolve(grade, make_diff, tiny_sources, trick):
@@ -74,6 +101,121 @@ def test_tricks_do_not_resolve(grade, make_diff, tiny_sources, trick):
     g = grade(make_diff(before, after))
     assert not g.resolved, f"{trick}: {g}"
     assert g.f2p.get("tests/test_add.py::test_add") in (None, "FAILED", "ERROR"), g
+
+
+def test_code_that_forges_reports_in_process_is_tampered(grade, make_diff, tiny_sources):
+    clean, _ = tiny_sources
+    init = clean["calc/__init__.py"]
+    g = grade(make_diff({"calc/__init__.py": init}, {"calc/__init__.py": init + FORGE_REPORTS}))
+    assert not g.resolved and g.error == "tampered", g
+    assert "from_item_and_call" in g.error_detail and g.outcome == "tampered" and g.reward == 0
+
+
+def test_code_that_registers_a_report_hook_is_tampered(grade, make_diff, tiny_sources):
+    clean, _ = tiny_sources
+    init = clean["calc/__init__.py"]
+    g = grade(make_diff({"calc/__init__.py": init}, {"calc/__init__.py": init + REGISTER_PLUGIN,
+                                                     "calc/forge.py": FORCE_PASS_CONFTEST}))
+    assert not g.resolved and g.error == "tampered", g
+    assert "pytest_runtest_makereport" in g.error_detail
+
+
+def test_a_run_cut_short_after_forged_reports_is_tampered(grade, make_diff, tiny_sources):
+    clean, _ = tiny_sources
+    init = clean["calc/__init__.py"]
+    # Leaves before pytest's end, so the closing check that would see the forgery never runs.
+    leave = "import os\nimport _pytest.config\n_pytest.config.Config._ensure_unconfigure = lambda self: os._exit(0)\n"
+    g = grade(make_diff({"calc/__init__.py": init}, {"calc/__init__.py": init + FORGE_REPORTS + leave}))
+    assert not g.resolved and g.error == "tampered", g
+    assert "closing check" in g.error_detail
+
+
+def test_lines_written_into_the_report_by_the_code_under_test_are_tampered(grade, make_diff, tiny_sources):
+    clean, _ = tiny_sources
+    init = clean["calc/__init__.py"]
+    forged = '{"nodeid": "tests/test_add.py::test_add", "when": "call", "outcome": "passed"}'
+    append = ("import atexit, glob\n\n\ndef _append():\n    for path in glob.glob('/opt/patchgym/grader/*.jsonl'):\n"
+              f"        open(path, 'a').write({forged!r} + '\\n')\n\n\natexit.register(_append)\n")
+    g = grade(make_diff({"calc/__init__.py": init}, {"calc/__init__.py": init + append}))
+    assert not g.resolved and g.error == "tampered", g
+
+
+# Tricks for the factory's tasks, whose source directory is on sys.path from the start (a .pth in the image), so
+# pytest finds distributions and modules in the workspace before any test runs.
+def factory_tricks(src: str) -> dict[str, dict[str, str]]:
+    plugin = {f"{src}/forge_passes.py": FORCE_PASS_CONFTEST}
+    return {
+        "registers a pytest11 entry point": {
+            **plugin, f"{src}/forge_passes-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: forge-passes\n"
+                                                                   "Version: 1.0\n",
+            f"{src}/forge_passes-1.0.dist-info/entry_points.txt": "[pytest11]\nforge_passes = forge_passes\n"},
+        "registers it through an egg-info": {
+            **plugin, f"{src}/forge_passes.egg-info/PKG-INFO": "Metadata-Version: 1.1\nName: forge-passes\n"
+                                                              "Version: 1.0\n",
+            f"{src}/forge_passes.egg-info/entry_points.txt": "[pytest11]\nforge_passes = forge_passes\n"},
+        "loads it from a pytest.toml": {**plugin, "pytest.toml": '[pytest]\naddopts = ["-p", "forge_passes"]\n'},
+        "loads it from a .pytest.ini": {**plugin, ".pytest.ini": "[pytest]\naddopts = -p forge_passes\n"},
+        "loads it from a .pytest.toml": {**plugin, ".pytest.toml": '[pytest]\naddopts = ["-p", "forge_passes"]\n'},
+    }
+
+
+@pytest.fixture(scope="module")
+def factory_task(ci_tasks):
+    """A factory task whose gold patch fixes a FAIL_TO_PASS test, and where its source directory is."""
+    task = ci_tasks[0]
+    return task, task.patch.split("\n", 1)[0].split(" b/", 1)[1].split("/", 1)[0]
+
+
+def test_factory_gold_patch_resolves_with_autoload_off(backend, factory_task):
+    task, _ = factory_task
+    g = grade_patch(task, task.patch, SandboxConfig(backend=backend, memory_mb=1024), timeout=300)
+    assert g.resolved and g.error is None, g
+
+
+@pytest.mark.parametrize("trick", list(factory_tricks("src")))
+def test_factory_tricks_do_not_resolve(backend, factory_task, make_diff, trick):
+    task, src = factory_task
+    g = grade_patch(task, make_diff({}, factory_tricks(src)[trick]), SandboxConfig(backend=backend, memory_mb=1024),
+                    timeout=300)
+    assert not g.resolved, f"{trick}: {g}"
+    assert all(s != "PASSED" for s in g.f2p.values()), g
+
+
+def test_grader_owns_test_config_and_packaging_metadata_but_not_source(tiny_task):
+    owned = ["pytest.toml", "src/.pytest.toml", ".pytest.ini", "sub/setup.cfg", "conftest.py", "x.pth",
+             "src/evil-1.0.dist-info/entry_points.txt", "src/Evil.EGG-INFO/entry_points.txt", "src/evil.egg-info",
+             "evil.egg-link", "tests/helpers.py", "tests/test_add.py"]
+    assert [p for p in owned if not grader_owns(p, tiny_task)] == []
+    assert [p for p in ["calc/__init__.py", "calc/ops.py", "src/dist_info.py", "setup.py", "README.md"]
+            if grader_owns(p, tiny_task)] == []
+
+
+def test_an_imported_row_keeps_the_ignored_metadata_its_image_had(backend, tiny_task, tiny_sources, make_diff):
+    """An editable install's `*.egg-info` is ignored by git: the grader owns it, and must neither drop it as new
+    nor let the patch change it."""
+    clean, buggy_ops = tiny_sources
+    meta = "tests/test_meta.py"
+    pkg_info = "Metadata-Version: 1.1\nName: calc\nVersion: 1.0\n"
+    repo = {**clean, "calc/ops.py": buggy_ops, ".gitignore": "*.egg-info/\n",
+            meta: "import importlib.metadata\n\n\ndef test_meta():\n"
+                  "    assert importlib.metadata.version('calc') == '1.0'\n"}
+    install = make_diff({}, {"calc.egg-info/PKG-INFO": pkg_info})  # made apart: git would leave it out of `repo`
+    task = tiny_task.model_copy(update={
+        "bug_patch": make_diff({}, repo) + install, "PASS_TO_PASS": [*tiny_task.PASS_TO_PASS, f"{meta}::test_meta"],
+        "log_parser": "pytest", "test_cmd": "python -m pytest -rA -p no:cacheprovider tests"})
+    config = SandboxConfig(backend=backend, memory_mb=1024)
+    g = grade_patch(task, task.patch, config, timeout=120)
+    assert g.resolved, g
+    bump = make_diff({"calc.egg-info/PKG-INFO": pkg_info}, {"calc.egg-info/PKG-INFO": pkg_info.replace("1.0", "2.0")})
+    g = grade_patch(task, task.patch + bump, config, timeout=120)
+    assert g.resolved, f"the grader's own copy of the egg-info must be used: {g}"
+
+
+def test_grader_owns_every_config_file_the_sandbox_pytest_reads(backend, base_image):
+    with open_sandbox(SandboxConfig(backend=backend), image=base_image) as sb:
+        names = sb.exec(["python", "-c", "from _pytest.config.findpaths import CONFIG_LOADERS_BY_NAME as n; "
+                                         "print(' '.join(n))"]).output.split()
+    assert names and set(names) <= CONFIG_NAMES, names
 
 
 def test_fix_plus_tampered_tests_still_resolves_on_its_merits(grade, make_diff, tiny_sources):

@@ -18,7 +18,7 @@ from patchgym.env.grading import (
     pytest_report_args,
     read_report,
 )
-from patchgym.env.grading.report import PLUGIN_DIR, PLUGIN_SOURCE
+from patchgym.env.grading.report import PLUGIN_DIR, PLUGIN_SOURCE, Tampered, check_closing, pytest_command
 from patchgym.sandbox import SandboxConfig, open_sandbox
 
 SUITE = {
@@ -157,6 +157,26 @@ def test_parse_report_phases():
     ])
     assert parse_report(text) == {"t.py::a": "ERROR", "t.py::b": "XFAIL", "t.py::c": "PASSED",
                                   "t.py::d": "SKIPPED", "t2.py": "ERROR", "t3.py": "SKIPPED"}
+
+
+def end(lines: int, tampered=()) -> dict:
+    return {"nodeid": "", "when": "end", "lines": lines, "tampered": list(tampered)}
+
+
+def test_only_a_clean_closing_check_after_exactly_the_plugins_lines_passes():
+    results = [{"nodeid": "t.py::a", "when": "call", "outcome": "passed"}] * 2
+    check_closing([*results, end(2)])
+    for records, why in [(results, "ended before"), ([*results, end(2, ["x was replaced"])], "x was replaced"),
+                         ([*results, results[0], end(2)], "holds 3 results"),  # a line planted during the run
+                         ([end(0), *results, end(2)], "holds 3 results")]:
+        with pytest.raises(Tampered, match=why):
+            check_closing(records)
+
+
+def test_the_command_turns_autoload_off_and_loads_the_report_plugin_first():
+    command = pytest_command("pytest tests", "/r.jsonl", ["hypothesispytest"])
+    assert "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1" in command and "unset PYTEST_PLUGINS PYTEST_ADDOPTS" in command
+    assert command.endswith("pytest tests -p patchgym_report --patchgym-report=/r.jsonl -p hypothesispytest")
 
 
 # -- in real sandboxes ---------------------------------------------------------------------------

@@ -10,11 +10,12 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 # apply: the patch does not apply; infra: the grading sandbox died; no_tests_ran: no sign the suite ran;
-# timeout: the tests ran over the limit; empty_patch: the agent changed nothing, so nothing was run.
-GradeError = Literal["apply", "infra", "no_tests_ran", "timeout", "empty_patch"]
-Outcome = Literal["resolved", "unresolved", "apply", "infra", "no_tests_ran", "timeout", "empty_patch"]
+# timeout: the tests ran over the limit; empty_patch: the agent changed nothing, so nothing was run;
+# tampered: the code under test changed how pytest runs or reports tests (the report plugin's closing check).
+GradeError = Literal["apply", "infra", "no_tests_ran", "timeout", "empty_patch", "tampered"]
+Outcome = Literal["resolved", "unresolved", "apply", "infra", "no_tests_ran", "timeout", "empty_patch", "tampered"]
 # The errors that are the patch's doing or the suite's verdict on it; `infra` is not one of them.
-GRADING_ERRORS: frozenset[str] = frozenset({"apply", "infra", "no_tests_ran", "timeout"})
+GRADING_ERRORS: frozenset[str] = frozenset({"apply", "infra", "no_tests_ran", "timeout", "tampered"})
 
 
 class Grade(BaseModel):

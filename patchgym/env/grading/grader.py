@@ -1,11 +1,16 @@
 """The reward: grade a patch in a fresh sandbox, with the grader's own tests and test configuration.
 
     start from the task's image -> bug_patch -> snapshot (git, outside the workspace) -> candidate patch ->
-    put back every test file and test config the grader owns, drop new ones -> test_patch -> run -> parse
+    put back every test file, test config and packaging metadata the grader owns, drop new ones -> test_patch ->
+    run -> parse
 
 Resolved iff every FAIL_TO_PASS and every PASS_TO_PASS test passed (XFAIL counts as passed, as in SWE-bench;
 skipped or missing counts as failed). A patch that does not apply, a dead sandbox, a timeout or a run with no
 sign that the suite ran is an `error`, reported as such, never a silent 0.
+
+With the report plugin (the factory's tasks) pytest runs with plugin autoload off and only the plugins installed
+before the patch, and a run whose code changed how pytest reports is `tampered`. An imported dataset row runs its
+own command and parser, as its harness does; it shares only the ownership of config and metadata files.
 """
 
 import re
@@ -28,13 +33,18 @@ _SEPARATOR = "--patchgym-untracked--"
 _CREATED = re.compile(r"^--- /dev/null\n\+\+\+ b/(.+)$", re.MULTILINE)
 # Files that decide how tests run or what they check: the grader's copies always win over the patch's.
 TEST_PATH = re.compile(r"(^|/)(tests?|testing)/|(^|/)test_[^/]*\.py$|_tests?\.py$")
-CONFIG_NAMES = {"conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "sitecustomize.py",
-                "usercustomize.py"}
+# Every file pytest 9 reads its configuration from (`_pytest/config/findpaths.py`: CONFIG_LOADERS_BY_NAME), and the
+# modules Python or pytest import on their own at start.
+CONFIG_NAMES = {"pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg",
+                "conftest.py", "sitecustomize.py", "usercustomize.py"}
+# Packaging metadata, which can register a pytest plugin (entry_points.txt) or run code at start (*.pth); the
+# workspace is on sys.path, so importlib.metadata finds distributions there.
+METADATA_PATH = re.compile(r"\.(dist-info|egg-info)(/|$)|\.(pth|egg-link)$", re.IGNORECASE)
 
 
 def grader_owns(path: str, task: Task) -> bool:
     name = path.rsplit("/", 1)[-1]
-    return (path in task.test_files or name in CONFIG_NAMES or name.endswith(".pth")
+    return (path in task.test_files or name in CONFIG_NAMES or bool(METADATA_PATH.search(path))
             or bool(TEST_PATH.search(path)))
 
 
@@ -79,11 +89,23 @@ def _restore_owned(sandbox: Sandbox, task: Task, cwd: str) -> None:
         sandbox.exec(["rm", "-f", "--", *remove], cwd=cwd)
 
 
+def _snapshot(sandbox: Sandbox, task: Task, cwd: str) -> None:
+    """Commit the workspace to the grader's snapshot, with the owned files .gitignore hides (an editable
+    install's `*.egg-info`): the patch's changes to those are undone too, and they are never taken for new ones."""
+    _git(sandbox, "init -q", cwd)
+    _git(sandbox, "add -A", cwd)
+    hidden = [p for p in _git(sandbox, "ls-files --others", cwd).splitlines() if grader_owns(p, task)]
+    if hidden:
+        _git(sandbox, "add -f -- " + " ".join(shlex.quote(p) for p in hidden), cwd)
+    _git(sandbox, "-c user.name=g -c user.email=g@g commit -qm snapshot", cwd)
+
+
 def _grade_in(sandbox: Sandbox, task: Task, patch: str, timeout: float) -> Grade:
     wd = task.workdir
     apply_patch(sandbox, task.bug_patch, wd, "bug")
-    _git(sandbox, "init -q && " + f"{SNAPSHOT} GIT_WORK_TREE=. git add -A && "
-         f"{SNAPSHOT} GIT_WORK_TREE=. git -c user.name=g -c user.email=g@g commit -qm snapshot", wd)
+    _snapshot(sandbox, task, wd)
+    if task.log_parser == REPORT_PARSER:
+        plugins = report.installed_plugins(sandbox, wd)  # before the patch can add one
     try:
         apply_patch(sandbox, patch, wd, "candidate")
     except PatchApplyError as exc:
@@ -99,11 +121,8 @@ def _grade_in(sandbox: Sandbox, task: Task, patch: str, timeout: float) -> Grade
 
     command = task.test_cmd or task.eval_script
     if task.log_parser == REPORT_PARSER:
-        plugin_path = report.install_report_plugin(sandbox)["PYTHONPATH"]
-        # PYTHONSAFEPATH: `python -m pytest` must not put the workspace first on sys.path, where a file from the
-        # patch could stand in for pytest or for our plugin before either is imported.
-        command = (f"export PYTHONSAFEPATH=1 PYTHONPATH={plugin_path}${{PYTHONPATH:+:$PYTHONPATH}}; {command} "
-                   + " ".join(shlex.quote(a) for a in report.pytest_report_args(REPORT_PATH)))
+        report.install_report_plugin(sandbox)
+        command = report.pytest_command(command, REPORT_PATH, plugins)
     run = sandbox.exec(command, cwd=wd, timeout=timeout, output_limit=LOG_LIMIT)
     if run.timed_out:
         return Grade(instance_id=task.instance_id, error="timeout", error_detail=f"tests ran over {timeout:g} s",
@@ -111,6 +130,8 @@ def _grade_in(sandbox: Sandbox, task: Task, patch: str, timeout: float) -> Grade
     if task.log_parser == REPORT_PARSER:
         try:
             statuses = report.read_report(sandbox, REPORT_PATH)
+        except report.Tampered as exc:
+            return Grade(instance_id=task.instance_id, error="tampered", error_detail=str(exc), exit_code=run.exit_code)
         except report.ReportMissing as exc:
             statuses, detail = {}, str(exc)
     else:

@@ -1,20 +1,43 @@
-"""Structured pytest results for grading: install the `patchgym_report` plugin in a sandbox, read what it wrote.
+"""Structured pytest results for grading: install the `patchgym_report` plugin in a sandbox, run pytest with it and
+no plugin the grader did not name, read what it wrote.
 
 Unlike parsing printed logs, a test that prints `PASSED tests/x.py::test_y` cannot change this result.
 """
 
 import json
+import shlex
 from pathlib import Path
 
 from patchgym.env.grading.parsers import ERROR, FAILED, PASSED, SKIPPED, XFAIL
+from patchgym.sandbox import SandboxError
 
 PLUGIN_DIR = "/opt/patchgym/grader"  # inside the sandbox, outside any workspace the agent edits
 PLUGIN_MODULE = "patchgym_report"
 PLUGIN_SOURCE = (Path(__file__).parent / "pytest_plugin.py").read_text()
 
 
+# The pytest11 entry points installed, as a JSON list (Python 3.6 and later; importlib.metadata from 3.8).
+_LIST_PLUGINS = """
+import json
+try:
+    from importlib.metadata import entry_points
+    found = entry_points()
+    found = found.select(group="pytest11") if hasattr(found, "select") else found.get("pytest11", ())
+    names = [ep.name for ep in found]
+except ImportError:
+    import pkg_resources
+    names = [ep.name for ep in pkg_resources.iter_entry_points("pytest11")]
+print(json.dumps(sorted(set(names))))
+"""
+
+
 class ReportMissing(Exception):
     """The report file is absent or holds no result: no sign the suite ran, which must not grade as a pass."""
+
+
+class Tampered(ReportMissing):
+    """The run changed how pytest runs or reports tests, or ended before the plugin's closing check: there is no
+    report to trust, so a caller that does not tell the two apart (the task factory) treats it as missing."""
 
 
 def install_report_plugin(sandbox) -> dict[str, str]:
@@ -26,6 +49,29 @@ def install_report_plugin(sandbox) -> dict[str, str]:
 def pytest_report_args(report_path: str) -> list[str]:
     """pytest arguments that load the plugin and send its report to `report_path`."""
     return ["-p", PLUGIN_MODULE, f"--patchgym-report={report_path}"]
+
+
+def installed_plugins(sandbox, cwd: str) -> list[str]:
+    """The pytest plugins installed in `sandbox` (entry point names): list them before a patch is applied,
+    so that a plugin the patch registers (a `*.dist-info` of its own) is never among them."""
+    result = sandbox.exec(["python", "-c", _LIST_PLUGINS], cwd=cwd, timeout=120)
+    lines = result.output.strip().splitlines()
+    if not result.ok or not lines:
+        raise SandboxError(f"grader: listing the installed pytest plugins failed: {result.output[-2000:]}")
+    return json.loads(lines[-1])
+
+
+def pytest_command(command: str, report_path: str, plugins: list[str]) -> str:
+    """`command` (a pytest run) with autoload off, only `plugins` and the report plugin loaded, to `report_path`.
+
+    PYTHONSAFEPATH: `python -m pytest` must not put the workspace first on sys.path, where a file from the patch
+    could stand in for pytest or for our plugin before either is imported. PYTEST_PLUGINS and PYTEST_ADDOPTS are the
+    grader's to set, and it sets neither.
+    """
+    # The report plugin first: it must be imported before any other plugin, which may be code under test.
+    args = pytest_report_args(report_path) + [arg for name in plugins for arg in ("-p", name)]
+    env = f"PYTHONSAFEPATH=1 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 PYTHONPATH={PLUGIN_DIR}${{PYTHONPATH:+:$PYTHONPATH}}"
+    return f"export {env}; unset PYTEST_PLUGINS PYTEST_ADDOPTS; {command} {shlex.join(args)}"
 
 
 def _records(text: str) -> list[dict]:
@@ -77,12 +123,26 @@ def parse_report(text: str) -> dict[str, str]:
     return statuses
 
 
+def check_closing(records: list[dict]) -> None:
+    """Raise Tampered unless the last record is the plugin's closing check, clean, after exactly its own lines."""
+    end = records[-1] if records and records[-1].get("when") == "end" else None
+    if end is None:
+        raise Tampered("pytest ended before the report plugin's closing check (killed, crashed or cut short)")
+    if end.get("tampered"):
+        raise Tampered("; ".join(map(str, end["tampered"])))
+    if end.get("lines") != len(records) - 1 or any(r.get("when") == "end" for r in records[:-1]):
+        raise Tampered(f"the report holds {len(records) - 1} results but the plugin wrote {end.get('lines')}")
+
+
 def read_report(sandbox, report_path: str) -> dict[str, str]:
-    """The parsed report at `report_path` in `sandbox`; ReportMissing when there is no sign the suite ran."""
+    """The parsed report at `report_path` in `sandbox`; ReportMissing when there is no sign the suite ran,
+    Tampered when the run changed how pytest reports (then no result of it counts)."""
     try:
         text = sandbox.read_file(report_path).decode("utf-8", errors="replace")
     except FileNotFoundError:
         raise ReportMissing(f"no test report at {report_path}: pytest did not start, or not with the plugin") from None
-    if not _records(text):
+    records = _records(text)
+    if not [r for r in records if r.get("when") != "end"]:
         raise ReportMissing(f"the test report at {report_path} has no test result: the suite did not run")
+    check_closing(records)
     return parse_report(text)
