@@ -34,8 +34,9 @@ _DIFF_SCRIPT = r"""
 set -e
 index=$(mktemp)
 trap 'rm -f "$index"' EXIT
+if [ -n "$PATCHGYM_GIT_DIR" ]; then export GIT_DIR="$PATCHGYM_GIT_DIR" GIT_WORK_TREE="$PWD"; else GIT_DIR=.git; fi
 # -p keeps the index's mtime: git's racy-entry check then re-reads files edited in the index's own second.
-if [ -f .git/index ]; then cp -p .git/index "$index"; else rm -f "$index"; fi
+if [ -f "$GIT_DIR/index" ]; then cp -p "$GIT_DIR/index" "$index"; else rm -f "$index"; fi
 export GIT_INDEX_FILE="$index"
 git -c safe.directory='*' add -A -- "$@" >/dev/null
 git -c safe.directory='*' diff --cached --binary "$PATCHGYM_DIFF_BASE" -- "$@"
@@ -134,11 +135,14 @@ class Sandbox:
                 tar.add(src, arcname=src.name)
         self._request("untar", ANSWER_GRACE_S + 60, dest=dest, data=base64.b64encode(buf.getvalue()).decode())
 
-    def diff(self, base: str = "HEAD", cwd: str | None = None, exclude: tuple[str, ...] = ()) -> str:
-        """`git diff` of the workspace against `base`, new and deleted files included, `exclude` paths left out."""
+    def diff(self, base: str = "HEAD", cwd: str | None = None, exclude: tuple[str, ...] = (),
+             git_dir: str | None = None) -> str:
+        """`git diff` of the workspace against `base`, new and deleted files included, `exclude` paths left out.
+        `git_dir`: the repository to diff against, when it is kept outside the workspace (default: its .git)."""
         pathspecs = ["."] + [f":(exclude){p}" for p in (*DIFF_ALWAYS_EXCLUDED, *exclude)]
         result = self.exec(["bash", "-c", _DIFF_SCRIPT, "diff", *pathspecs], cwd=cwd,
-                           env={"PATCHGYM_DIFF_BASE": base}, output_limit=1 << 30, timeout=300)
+                           env={"PATCHGYM_DIFF_BASE": base, "PATCHGYM_GIT_DIR": git_dir or ""},
+                           output_limit=1 << 30, timeout=300)
         if not result.ok:
             raise RuntimeError(f"{self.id}: git diff against {base!r} failed ({result.exit_code}): {result.output}")
         return result.output
