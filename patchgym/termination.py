@@ -3,4 +3,7 @@ importing the agent."""
 
 from typing import Literal
 
-Termination = Literal["submitted", "max_steps", "max_context", "timeout", "format_errors", "infra_error"]
+# sandbox_killed: the sandbox died during one of the agent's own commands, of something inside it (reward 0);
+# infra_error: a failure the agent did not cause (engine, host, image), never scored.
+Termination = Literal["submitted", "max_steps", "max_context", "timeout", "format_errors", "sandbox_killed",
+                      "infra_error"]

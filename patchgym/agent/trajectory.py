@@ -50,7 +50,7 @@ class Trajectory(BaseModel):
     turns: list[Turn] = Field(default_factory=list)
     patch: str = ""
     termination: Termination | None = Field(None, description="null only while running (or after a crash)")
-    error: str | None = Field(None, description="what went wrong, for infra_error")
+    error: str | None = Field(None, description="what went wrong, for infra_error and sandbox_killed")
     grade: Grade | None = Field(None, description="filled in by whoever grades the patch")
     engine: dict = Field(default_factory=dict, description="engine class and model")
     sampling: dict = Field(default_factory=dict)

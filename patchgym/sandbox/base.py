@@ -17,7 +17,7 @@ from typing import Any
 from patchgym.sandbox import lifecycle
 from patchgym.sandbox.channel import Channel
 from patchgym.sandbox.config import SandboxConfig
-from patchgym.sandbox.errors import SandboxError
+from patchgym.sandbox.errors import SandboxError, SandboxKilled
 from patchgym.sandbox.result import ExecResult
 
 RUNNER_SOURCE = (Path(__file__).parent / "runner.py").read_text()
@@ -89,15 +89,30 @@ class Sandbox:
         """A hint about why the sandbox died (exit status, OOM), when the backend can tell."""
         return ""
 
+    def _died_inside(self) -> bool:
+        """After the runner was lost: True when something inside the sandbox ended it (its own processes), False
+        when it was the engine, the host or someone outside (a `docker kill`), or when the backend cannot tell."""
+        return False
+
     # -- the contract ---------------------------------------------------------------------------
     def exec(self, command: str | list[str], timeout: float | None = None, cwd: str | None = None,
-             env: dict[str, str] | None = None, output_limit: int | None = None) -> ExecResult:
-        """Run `command` (a string goes to `bash -c`) and return its merged output, exit code and timing."""
+             env: dict[str, str] | None = None, output_limit: int | None = None, agent: bool = False) -> ExecResult:
+        """Run `command` (a string goes to `bash -c`) and return its merged output, exit code and timing.
+
+        `agent`: the command is the agent's own. The runner is pinged first, so a sandbox that died before it stays
+        an infrastructure error; one that dies while it runs, of something inside, raises `SandboxKilled`."""
         timeout = self.config.exec_timeout_s if timeout is None else timeout
+        if agent:
+            self.ping()
         ooms_before = self._oom_kills()
-        reply = self._request("exec", ANSWER_GRACE_S + timeout, cmd=command, timeout=timeout, cwd=cwd,
-                              env={**COMMAND_ENV, **self.config.env, **(env or {})},
-                              limit=output_limit or self.config.output_limit_bytes)
+        fields = dict(cmd=command, timeout=timeout, cwd=cwd, env={**COMMAND_ENV, **self.config.env, **(env or {})},
+                      limit=output_limit or self.config.output_limit_bytes)
+        try:
+            reply = self._request("exec", ANSWER_GRACE_S + timeout, **fields)
+        except SandboxError as exc:
+            if agent and not self._closed and self._died_inside():
+                raise SandboxKilled(f"{exc}; it died during the agent's command {repr(command)[:300]}") from exc
+            raise
         oom = False
         if reply["signal"] == 9 and ooms_before is not None:
             oom = (self._oom_kills() or 0) > ooms_before
