@@ -71,9 +71,9 @@ def become_subreaper():
     try:
         import ctypes
 
-        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
-    except (OSError, AttributeError, ImportError):
-        return False
+        ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError, ImportError):  # no ctypes or no prctl: orphans go to PID 1, out of reach
+        pass
 
 
 def processes():
@@ -106,6 +106,17 @@ def descendants(pid):
     return found
 
 
+def lower_priority():
+    """In a command's process, before exec: nicer than the runner, and the memory limit's first victim (so the
+    runner survives a command that exhausts it)."""
+    os.nice(COMMAND_NICE)
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+    except OSError:
+        pass
+
+
 def signal_quietly(kill, target):
     try:
         kill(target, signal.SIGKILL)
@@ -132,7 +143,7 @@ def kill_leftovers():
         reap()
         victims = descendants(os.getpid())
         if not victims or time.monotonic() > deadline:
-            return not victims
+            return
         for pgid in set(g for _, g in victims) - {os.getpgrp()}:
             signal_quietly(os.killpg, pgid)
         for pid, _ in victims:
@@ -209,7 +220,7 @@ def run_command(req):
         proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             cwd=req.get("cwd") or None, env=env, start_new_session=True, close_fds=True,
-            preexec_fn=lambda: os.nice(COMMAND_NICE),
+            preexec_fn=lower_priority,
         )
     except OSError as exc:
         return {"output": "%s: %s\n" % (argv[0], exc.strerror or exc), "exit_code": 127 if exc.errno == 2 else 126,

@@ -141,21 +141,8 @@ def test_an_agent_that_kills_its_sandbox_is_scored_not_an_infra_error(scripted, 
     assert reward(trajectory) == 0.0
 
 
-def _kill_from_outside(sandbox) -> None:
-    """What an operator or a crashing host does: the engine kills the container, the host kills bwrap."""
-    if sandbox.backend == "docker":
-        from patchgym.sandbox.docker import docker_client
-
-        docker_client().api.kill(sandbox._container_id)
-    elif sandbox.backend == "local":
-        sandbox._proc.kill()
-    else:
-        from patchgym.sandbox.kubernetes import core_api
-
-        core_api(sandbox._kcfg).delete_namespaced_pod(sandbox.id, sandbox._kcfg.namespace, grace_period_seconds=0)
-
-
-def test_a_sandbox_killed_from_outside_during_an_agent_command_is_an_infra_error(scripted, tiny_task, sandbox_config):
+def test_a_sandbox_killed_from_outside_during_an_agent_command_is_an_infra_error(scripted, tiny_task, sandbox_config,
+                                                                                 kill_from_outside):
     import threading
 
     config = AgentConfig()
@@ -168,7 +155,7 @@ def test_a_sandbox_killed_from_outside_during_an_agent_command_is_an_infra_error
             inner = scripted([bash("sleep 20"), FINISH])
 
             def generate(self, prompt_ids, params):
-                threading.Timer(2.0, lambda: _kill_from_outside(env.sandbox)).start()
+                threading.Timer(2.0, lambda: kill_from_outside(env.sandbox)).start()
                 return self.inner.generate(prompt_ids, params)
 
         trajectory = run_agent(tiny_task, KillsDuringTheCommand(), env, config)

@@ -176,6 +176,22 @@ def test_runner_death_is_an_infrastructure_error(sb):
         sb.exec("true")
 
 
+def test_an_agent_command_that_kills_the_sandbox_is_the_agents_doing(sb):
+    from patchgym.sandbox import SandboxKilled
+
+    with pytest.raises(SandboxKilled, match="during the agent's command"):
+        sb.exec("kill -9 -1; sleep 5", agent=True)
+
+
+def test_a_sandbox_killed_from_outside_during_an_agent_command_is_an_infrastructure_error(sb, kill_from_outside):
+    from patchgym.sandbox import SandboxKilled
+
+    threading.Timer(1.0, kill_from_outside, [sb]).start()
+    with pytest.raises(SandboxError) as raised:
+        sb.exec("sleep 30", agent=True)
+    assert not isinstance(raised.value, SandboxKilled), raised.value
+
+
 def test_close_from_another_thread_interrupts_a_running_command(sb):
     threading.Timer(0.5, sb.close).start()
     start = time.monotonic()
