@@ -6,5 +6,8 @@ scored like any other ending but `infra_error`."""
 
 from typing import Literal
 
-Termination = Literal["submitted", "max_steps", "max_context", "timeout", "format_errors",
+# sandbox_killed: the sandbox died during one of the agent's own commands, of something inside it (reward 0);
+# patch_too_large: the final patch is over agent.max_patch_bytes (reward 0, neither written nor graded);
+# infra_error: a failure the agent did not cause (engine, host, image), never scored.
+Termination = Literal["submitted", "max_steps", "max_context", "timeout", "format_errors", "sandbox_killed",
                       "patch_too_large", "infra_error"]

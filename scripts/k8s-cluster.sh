@@ -238,7 +238,8 @@ down() {
   # dockershim labels every container it makes; nothing else on the engine is touched.
   local ids; ids=$(docker ps -aq --filter label=io.kubernetes.docker.type)
   [ -z "$ids" ] || docker rm -f $ids >/dev/null
-  grep -o " $STATE/kubelet[^ ]*" /proc/mounts | sort -r | while read -r m; do umount "$m" 2>/dev/null || umount -l "$m"; done
+  # || true: no kubelet mount (a cluster that stopped half-way up) is no error under pipefail.
+  { grep -o " $STATE/kubelet[^ ]*" /proc/mounts || true; } | sort -r | while read -r m; do umount "$m" 2>/dev/null || umount -l "$m"; done
   if ip link show "$BRIDGE" >/dev/null 2>&1; then ip link del "$BRIDGE"; fi
   for c in /sys/fs/cgroup/*/kubepods; do if [ -d "$c" ]; then find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null || true; fi; done
   if [ -f "$STATE/created" ]; then xargs -r rm -rf < "$STATE/created"; fi

@@ -150,6 +150,26 @@ def backend(request, ready_backend) -> str:
     return ready_backend(request.param)
 
 
+def _kill_from_outside(sandbox) -> None:
+    """What an operator or a failing host does: the engine kills the container, the host kills bwrap, the pod goes."""
+    if sandbox.backend == "docker":
+        from patchgym.sandbox.docker import docker_client
+
+        docker_client().api.kill(sandbox._container_id)
+    elif sandbox.backend == "local":
+        sandbox._proc.kill()
+    else:
+        from patchgym.sandbox.kubernetes import core_api
+
+        core_api(sandbox._kcfg).delete_namespaced_pod(sandbox.id, sandbox._kcfg.namespace, grace_period_seconds=0)
+
+
+@pytest.fixture
+def kill_from_outside():
+    """A function that kills a sandbox from outside it, as its backend's operator would."""
+    return _kill_from_outside
+
+
 @pytest.fixture(scope="session", autouse=True)
 def nothing_left_behind():
     """After the whole suite: no container, scratch directory or cgroup of this test run remains."""

@@ -12,7 +12,7 @@ import difflib
 from patchgym.env.base import StepResult
 from patchgym.env.grading.grade import Grade
 from patchgym.env.tools.calls import FormatError, parse_tool_call
-from patchgym.sandbox import DiffTooLarge, SandboxError
+from patchgym.sandbox import DiffTooLarge, SandboxError, SandboxKilled
 from patchgym.tasks import Task
 
 BUGGY = {"calc.py": "def add(a, b):\n    return a - b\n"}
@@ -44,13 +44,14 @@ def memory_grade(task: Task, patch: str, pools=None) -> Grade:
 
 class MemoryEnv:
     """The Env protocol over a dict of files. `die_on_step` makes that step (1-based) raise SandboxError, as a
-    sandbox that died would; `bash` maps commands to (output, exit code)."""
+    sandbox that died would; `killed_on_step` raises SandboxKilled, as one the agent's command killed; `bash` maps
+    commands to (output, exit code)."""
 
     def __init__(self, files: dict[str, str] | None = None, *, die_on_step: int | None = None,
-                 bash: dict[str, tuple[str, int]] | None = None):
+                 killed_on_step: int | None = None, bash: dict[str, tuple[str, int]] | None = None):
         self.initial = dict(files or BUGGY)
         self.files: dict[str, str] = {}
-        self.die_on_step, self.bash = die_on_step, bash or {}
+        self.die_on_step, self.killed_on_step, self.bash = die_on_step, killed_on_step, bash or {}
         self.steps, self.closed, self.task = 0, False, None
 
     def reset(self, task: Task) -> str:
@@ -63,6 +64,8 @@ class MemoryEnv:
         self.steps += 1
         if self.steps == self.die_on_step:
             raise SandboxError(f"the sandbox died at step {self.steps}")
+        if self.steps == self.killed_on_step:
+            raise SandboxKilled(f"the agent's command killed the sandbox at step {self.steps}")
         try:
             call = parse_tool_call(action_text)
         except FormatError as exc:

@@ -23,7 +23,7 @@ from patchgym.env.base import Env
 from patchgym.env.swe_env import SWEEnv
 from patchgym.env.tools import TOOL_SCHEMAS
 from patchgym.inference import Engine, Generation, SamplingParams
-from patchgym.sandbox import DiffTooLarge, SandboxConfig, SandboxError
+from patchgym.sandbox import DiffTooLarge, SandboxConfig, SandboxError, SandboxKilled
 from patchgym.tasks import Task
 
 
@@ -47,9 +47,10 @@ def run_agent(task: Task, engine: Engine, env: Env, config: AgentConfig, *,
               save_path: str | Path | None = None) -> Trajectory:
     """Run one episode of `task` in `env` (reset here; closing it is the caller's) and return its record.
 
-    Generation calls `engine.generate` (in a worker thread). A SandboxError (from reset, a step or the final diff)
-    is the `infra_error` termination; a final patch over `config.max_patch_bytes` is `patch_too_large`; any other
-    exception propagates after the partial record is saved.
+    Generation calls `engine.generate` (in a worker thread). A SandboxKilled (the sandbox died during the agent's
+    own command) is the `sandbox_killed` termination; any other SandboxError (from reset, a step or the final diff)
+    is `infra_error`; a final patch over `config.max_patch_bytes` is `patch_too_large`; any other exception
+    propagates after the partial record is saved.
     """
     async def generate(ids: list[int], messages: list[dict], params: SamplingParams) -> Generation:
         if engine.needs_messages:
@@ -83,6 +84,8 @@ async def arun_agent(task: Task, engine: Engine, env: Env, config: AgentConfig, 
             trajectory.patch = await asyncio.to_thread(env.patch, config.max_patch_bytes)
         except DiffTooLarge as exc:  # neither written nor graded: only its size is kept
             trajectory.termination, trajectory.error = "patch_too_large", f"{exc} (agent.max_patch_bytes)"
+    except SandboxKilled as exc:  # the agent's own command ended its sandbox: its outcome, scored 0
+        trajectory.termination, trajectory.error = "sandbox_killed", f"{type(exc).__name__}: {exc}"
     except SandboxError as exc:
         trajectory.termination, trajectory.error = "infra_error", f"{type(exc).__name__}: {exc}"
     except asyncio.CancelledError:

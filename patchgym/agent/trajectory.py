@@ -50,8 +50,8 @@ class Trajectory(BaseModel):
     turns: list[Turn] = Field(default_factory=list)
     patch: str = ""
     termination: Termination | None = Field(None, description="null only while running (or after a crash)")
-    error: str | None = Field(None, description="what went wrong, for infra_error; the "
-                                            "patch's size, for patch_too_large")
+    error: str | None = Field(None, description="what went wrong, for infra_error and sandbox_killed; the "
+                                                "patch's size, for patch_too_large")
     grade: Grade | None = Field(None, description="filled in by whoever grades the patch")
     engine: dict = Field(default_factory=dict, description="engine class and model")
     sampling: dict = Field(default_factory=dict)

@@ -8,7 +8,7 @@ the test files the grader owns.
 from patchgym.env.base import StepResult
 from patchgym.env.tools import install_tools, run_tool
 from patchgym.env.tools.calls import FormatError, parse_tool_call
-from patchgym.env.workspace import prepare_workspace
+from patchgym.env.workspace import BASE_GIT_DIR, prepare_workspace
 from patchgym.sandbox import Sandbox, SandboxConfig, open_sandbox
 from patchgym.sandbox.pool import PoolSet
 from patchgym.tasks import Task
@@ -58,10 +58,11 @@ class SWEEnv:
         return StepResult(result.observation, result.done, call=call, exit_code=result.exit_code)
 
     def patch(self, max_bytes: int) -> str:
-        """The agent's change: git diff of the whole workspace against the starting commit, binary-safe; over
-        `max_bytes`, DiffTooLarge (the sandbox sends back no more than that)."""
+        """The agent's change: git diff of the whole workspace against the starting commit (its copy outside the
+        workspace, so a deleted .git changes nothing), binary-safe; over `max_bytes`, DiffTooLarge (the sandbox
+        sends back no more than that)."""
         return self.sandbox.diff(self.base_commit, cwd=self.task.workdir, exclude=tuple(self.task.test_files),
-                                 max_bytes=max_bytes)
+                                 git_dir=BASE_GIT_DIR, max_bytes=max_bytes)
 
     def close(self) -> None:
         """Close the sandbox (a pooled one goes back to its pool, which discards it); safe from any thread."""

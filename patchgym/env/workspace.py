@@ -9,6 +9,9 @@ import shlex
 from patchgym.sandbox import Sandbox, SandboxError
 from patchgym.tasks import Task, TaskError
 
+# The starting commit, copied out of the workspace where the agent's commands do not look: an agent that deletes or
+# rewrites the workspace's .git still has its change diffed against the state it started from.
+BASE_GIT_DIR = "/var/lib/patchgym/base.git"
 PATCH_FILE = "/tmp/.patchgym-{name}.diff"  # removed right after: a bug patch left on disk would reveal the fix
 # Tried in order, as SWE-bench does: exact first, then tolerant of whitespace and shifted context.
 APPLY_COMMANDS = (
@@ -54,6 +57,7 @@ def prepare_workspace(sandbox: Sandbox, task: Task) -> str:
         (f"rm -f -- {hidden} && " if hidden else "")
         + "rm -rf .git && git init -q . && git add -A && "
         "git -c user.name=patchgym -c user.email=patchgym@localhost commit -q --no-verify -m 'Initial state' && "
+        f"rm -rf {BASE_GIT_DIR} && mkdir -p -m 700 {BASE_GIT_DIR.rsplit('/', 1)[0]} && cp -a .git {BASE_GIT_DIR} && "
         "git rev-parse HEAD"
     )
     result = sandbox.exec(script, cwd=wd, timeout=600)

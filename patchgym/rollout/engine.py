@@ -134,7 +134,7 @@ class RolloutEngine:
         for attempt in range(1, self.config.retries + 2):
             trajectory = await self._episode(task, pools, self._partial_path(key))
             trajectory.trajectory_id, trajectory.sample, trajectory.attempt = key, sample, attempt
-            if trajectory.termination != "infra_error" and self.grade:
+            if trajectory.termination not in ("infra_error", "sandbox_killed") and self.grade:
                 await self._grade(task, trajectory, pools)
             if trajectory.termination != "infra_error":
                 break

@@ -17,7 +17,7 @@ from typing import Any
 from patchgym.sandbox import lifecycle
 from patchgym.sandbox.channel import Channel
 from patchgym.sandbox.config import SandboxConfig
-from patchgym.sandbox.errors import DiffTooLarge, SandboxError
+from patchgym.sandbox.errors import DiffTooLarge, SandboxError, SandboxKilled
 from patchgym.sandbox.result import ExecResult
 
 RUNNER_SOURCE = (Path(__file__).parent / "runner.py").read_text()
@@ -35,8 +35,9 @@ _DIFF_SCRIPT = r"""
 set -e
 index=$(mktemp)
 trap 'rm -f "$index"' EXIT
+if [ -n "$PATCHGYM_GIT_DIR" ]; then export GIT_DIR="$PATCHGYM_GIT_DIR" GIT_WORK_TREE="$PWD"; else GIT_DIR=.git; fi
 # -p keeps the index's mtime: git's racy-entry check then re-reads files edited in the index's own second.
-if [ -f .git/index ]; then cp -p .git/index "$index"; else rm -f "$index"; fi
+if [ -f "$GIT_DIR/index" ]; then cp -p "$GIT_DIR/index" "$index"; else rm -f "$index"; fi
 export GIT_INDEX_FILE="$index"
 git -c safe.directory='*' add -A -- "$@" >/dev/null
 git -c safe.directory='*' diff --cached --binary "$PATCHGYM_DIFF_BASE" -- "$@"
@@ -89,15 +90,30 @@ class Sandbox:
         """A hint about why the sandbox died (exit status, OOM), when the backend can tell."""
         return ""
 
+    def _died_inside(self) -> bool:
+        """After the runner was lost: True when something inside the sandbox ended it (its own processes), False
+        when it was the engine, the host or someone outside (a `docker kill`), or when the backend cannot tell."""
+        return False
+
     # -- the contract ---------------------------------------------------------------------------
     def exec(self, command: str | list[str], timeout: float | None = None, cwd: str | None = None,
-             env: dict[str, str] | None = None, output_limit: int | None = None) -> ExecResult:
-        """Run `command` (a string goes to `bash -c`) and return its merged output, exit code and timing."""
+             env: dict[str, str] | None = None, output_limit: int | None = None, agent: bool = False) -> ExecResult:
+        """Run `command` (a string goes to `bash -c`) and return its merged output, exit code and timing.
+
+        `agent`: the command is the agent's own. The runner is pinged first, so a sandbox that died before it stays
+        an infrastructure error; one that dies while it runs, of something inside, raises `SandboxKilled`."""
         timeout = self.config.exec_timeout_s if timeout is None else timeout
+        if agent:
+            self.ping()
         ooms_before = self._oom_kills()
-        reply = self._request("exec", ANSWER_GRACE_S + timeout, cmd=command, timeout=timeout, cwd=cwd,
-                              env={**COMMAND_ENV, **self.config.env, **(env or {})},
-                              limit=output_limit or self.config.output_limit_bytes)
+        fields = dict(cmd=command, timeout=timeout, cwd=cwd, env={**COMMAND_ENV, **self.config.env, **(env or {})},
+                      limit=output_limit or self.config.output_limit_bytes)
+        try:
+            reply = self._request("exec", ANSWER_GRACE_S + timeout, **fields)
+        except SandboxError as exc:
+            if agent and not self._closed and self._died_inside():
+                raise SandboxKilled(f"{exc}; it died during the agent's command {repr(command)[:300]}") from exc
+            raise
         oom = False
         if reply["signal"] == 9 and ooms_before is not None:
             oom = (self._oom_kills() or 0) > ooms_before
@@ -136,15 +152,17 @@ class Sandbox:
         self._request("untar", ANSWER_GRACE_S + 60, dest=dest, data=base64.b64encode(buf.getvalue()).decode())
 
     def diff(self, base: str = "HEAD", cwd: str | None = None, exclude: tuple[str, ...] = (),
-             max_bytes: int = DIFF_MAX_BYTES) -> str:
+             git_dir: str | None = None, max_bytes: int = DIFF_MAX_BYTES) -> str:
         """`git diff` of the workspace against `base`, new and deleted files included, `exclude` paths left out.
+        `git_dir`: the repository to diff against, when it is kept outside the workspace (default: its .git).
 
         A diff over `max_bytes` raises DiffTooLarge: the runner keeps only `max_bytes` of it (head and tail) and
         counts the rest, so a huge file in the workspace costs the host no more than that.
         """
         pathspecs = ["."] + [f":(exclude){p}" for p in (*DIFF_ALWAYS_EXCLUDED, *exclude)]
         result = self.exec(["bash", "-c", _DIFF_SCRIPT, "diff", *pathspecs], cwd=cwd,
-                           env={"PATCHGYM_DIFF_BASE": base}, output_limit=max_bytes, timeout=300)
+                           env={"PATCHGYM_DIFF_BASE": base, "PATCHGYM_GIT_DIR": git_dir or ""},
+                           output_limit=max_bytes, timeout=300)
         if not result.ok:
             raise RuntimeError(f"{self.id}: git diff against {base!r} failed ({result.exit_code}): {result.output}")
         if result.cut_bytes:

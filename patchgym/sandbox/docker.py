@@ -6,6 +6,7 @@ the runner sees end of file and exits, and the engine removes the container: not
 """
 
 import functools
+import time
 from pathlib import Path
 
 from patchgym.sandbox import images
@@ -53,6 +54,7 @@ class DockerSandbox(Sandbox):
         import docker
 
         self._container_id = None
+        self._started_at = int(time.time())
         client = docker_client()
         tag = resolve_image(self.image, client)
         cfg = self.config
@@ -105,3 +107,15 @@ class DockerSandbox(Sandbox):
         except (docker.errors.DockerException, SandboxError):
             return "its container is gone"
         return f"container status {state['Status']}, exit code {state['ExitCode']}, OOM-killed {state['OOMKilled']}"
+
+    def _died_inside(self) -> bool:
+        # Every kill through the engine (`docker kill`, `docker stop`, `docker rm -f`) is logged as a "kill" event; a
+        # process inside that ends the runner, or the memory limit, is not.
+        import docker
+
+        try:
+            events = docker_client().api.events(since=self._started_at, until=int(time.time()) + 1, decode=True,
+                                                filters={"container": self._container_id, "event": "kill"})
+            return not any(True for _ in events)
+        except (docker.errors.DockerException, SandboxError, OSError):
+            return False  # no engine to ask: the engine's failure, not the agent's

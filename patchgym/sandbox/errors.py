@@ -12,3 +12,8 @@ class DiffTooLarge(Exception):
     def __init__(self, size: int, limit: int):
         super().__init__(f"the diff is {size} bytes, over the limit of {limit}")
         self.size, self.limit = size, limit
+
+
+class SandboxKilled(SandboxError):
+    """The sandbox died during one of the agent's own commands, of something inside it: the agent's doing, so the
+    trajectory's outcome (`sandbox_killed`, reward 0), not an infrastructure error."""

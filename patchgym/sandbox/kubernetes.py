@@ -266,6 +266,20 @@ class KubernetesSandbox(Sandbox):
             if exc.status != 404:
                 raise SandboxError(f"{self.id}: could not delete its pod: {_api_error(exc)}") from exc
 
+    def _died_inside(self) -> bool:
+        # The API server reports the runner's exit status on the stream when it ended inside a pod that lives on;
+        # a deleted pod, a lost node or a dropped stream comes without one.
+        from kubernetes.client.rest import ApiException
+
+        if not getattr(self._channel, "status", ""):
+            return False
+        try:
+            pod = core_api(self._kcfg).read_namespaced_pod(self.id, self._kcfg.namespace,
+                                                           _request_timeout=self._kcfg.request_timeout_s)
+        except (ApiException, SandboxError, OSError):
+            return False
+        return pod.status.phase == "Running" and pod.metadata.deletion_timestamp is None
+
     # The memory limit is the container's cgroup, which only the node sees: ask the runner for its counter.
     _OOM_FILES = ("/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/memory.events")
 

@@ -103,3 +103,11 @@ class LocalSandbox(Sandbox):
         except OSError:
             log = ""
         return f"its process exited with {self._proc.returncode}" + (f": {log}" if log else "")
+
+    def _died_inside(self) -> bool:
+        # bwrap passes on the exit status of the runner when something inside ended it; a signal from the host
+        # kills bwrap itself. A runner that only stopped answering leaves bwrap running: inside too.
+        try:
+            return self._proc.wait(timeout=2) >= 0
+        except subprocess.TimeoutExpired:
+            return True

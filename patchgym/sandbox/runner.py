@@ -4,6 +4,10 @@ A backend starts it once per sandbox (`python3 -c SOURCE`) and talks to it over 
 per line, so a command costs about a fork/exec instead of a `docker exec`. Timeouts, killing the whole process
 tree and capping output happen here, next to the command. Keep it compatible with old Pythons (3.6+): it runs
 on whatever interpreter the task image has.
+
+Nothing a command starts outlives it: the runner is a child subreaper, so even a process that detached itself
+(setsid, double fork) stays below it, and when the command exits or times out every process below the runner is
+killed, its output pipe read to the end within a bounded time, and the zombies reaped.
 """
 
 import base64
@@ -18,9 +22,18 @@ import time
 
 PROTOCOL = 1
 READ_CHUNK = 65536
-# After the command itself exits, background children may still hold its output pipe open; wait this long for
-# the output they already wrote, then answer (they keep running, as in a terminal).
+# After the command itself exits, background children may still hold its output pipe open: take what they write
+# until the pipe is quiet this long, or at most DRAIN_MAX_S, then kill them.
 DRAIN_AFTER_EXIT_S = 0.05
+DRAIN_MAX_S = 0.5
+# Once everything is killed the pipe ends at once; this bounds the wait if it somehow does not.
+DRAIN_AFTER_KILL_S = 1.0
+# How long kill passes go on against processes that keep forking (a fork bomb), before we answer anyway.
+KILL_PASSES_S = 1.5
+PR_SET_CHILD_SUBREAPER = 36
+# Commands run this much nicer than the runner, so that it still gets the CPU to kill a fork bomb at once. Only
+# the sandbox's own processes compete here: each sandbox has its own CPU share (its cgroup).
+COMMAND_NICE = 10
 
 
 class OutputCap(object):
@@ -53,9 +66,19 @@ class OutputCap(object):
         return (body + bytes(tail)).decode("utf-8", "replace"), cut
 
 
-def descendants(pid):
-    """Pids of every process below `pid` (read from /proc), including ones that left its process group."""
-    children = {}
+def become_subreaper():
+    """Orphans of commands get us as their parent instead of PID 1, so none can leave our process tree."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError, ImportError):  # no ctypes or no prctl: orphans go to PID 1, out of reach
+        pass
+
+
+def processes():
+    """{pid: (ppid, pgid)} of every process we can see, read from /proc."""
+    found = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -64,32 +87,77 @@ def descendants(pid):
                 stat = f.read()
         except OSError:
             continue
-        ppid = int(stat[stat.rfind(b")") + 2 :].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        found[int(entry)] = (int(fields[1]), int(fields[2]))
+    return found
+
+
+def descendants(pid):
+    """(pid, pgid) of every process below `pid`, including ones that left its process group."""
+    table = processes()
+    children = {}
+    for child, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(child)
     found, todo = [], [pid]
     while todo:
         for child in children.get(todo.pop(), ()):
-            found.append(child)
+            found.append((child, table[child][1]))
             todo.append(child)
     return found
 
 
+def lower_priority():
+    """In a command's process, before exec: nicer than the runner, and the memory limit's first victim (so the
+    runner survives a command that exhausts it)."""
+    os.nice(COMMAND_NICE)
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+    except OSError:
+        pass
+
+
+def signal_quietly(kill, target):
+    try:
+        kill(target, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def reap():
+    """Collect the exit status of every child that has ended (orphans we adopted as subreaper included)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except OSError:  # no children left
+            return
+        if pid == 0:
+            return
+
+
+def kill_leftovers():
+    """SIGKILL every process below us, and their process groups (a fork bomb's group dies at once, with what it
+    forked while we looked), until none is left or KILL_PASSES_S has passed."""
+    deadline = time.monotonic() + KILL_PASSES_S
+    while True:
+        reap()
+        victims = descendants(os.getpid())
+        if not victims or time.monotonic() > deadline:
+            return
+        for pgid in set(g for _, g in victims) - {os.getpgrp()}:
+            signal_quietly(os.killpg, pgid)
+        for pid, _ in victims:
+            signal_quietly(os.kill, pid)
+        time.sleep(0.005)  # SIGKILLed processes take a moment to exit and hand their children down to us
+
+
 def kill_tree(proc):
-    """SIGKILL the command, its process group, and every descendant (a fork bomb included)."""
-    for _ in range(3):  # processes forked while we were killing get caught on the next pass
-        victims = descendants(proc.pid)
-        for kill in (lambda: os.killpg(proc.pid, signal.SIGKILL), lambda: proc.kill()):
-            try:
-                kill()
-            except OSError:
-                pass
-        for pid in victims:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        if not victims:
-            break
+    """SIGKILL the command, its process group, and every process below us."""
+    signal_quietly(os.killpg, proc.pid)
+    if proc.poll() is None:
+        signal_quietly(os.kill, proc.pid)
+    proc.wait()  # before reap(), which would otherwise take the command's exit status from Popen
+    kill_leftovers()
 
 
 class Requests(object):
@@ -120,15 +188,15 @@ REQUESTS = None
 
 
 def read_available(fd, cap, timeout, proc=None):
-    """Read whatever `fd` yields within `timeout`; False once it reached end of file."""
-    watch = [fd, REQUESTS.fd] if REQUESTS else [fd]
+    """Read whatever `fd` yields within `timeout`; False once it reached end of file. `fd` None: only watch the host."""
+    watch = [f for f in (fd, REQUESTS.fd if REQUESTS else None) if f is not None]
     ready, _, _ = select.select(watch, [], [], timeout)
     if REQUESTS and REQUESTS.fd in ready and not REQUESTS.poll():
         # Nobody will read the answer (the host died or closed us): stop the command and leave with it.
         if proc is not None:
             kill_tree(proc)
         os._exit(0)
-    if fd not in ready:
+    if fd is None or fd not in ready:
         return True
     chunk = os.read(fd, READ_CHUNK)
     if not chunk:
@@ -147,10 +215,12 @@ def run_command(req):
     timeout = req.get("timeout")
     cap = OutputCap(int(req.get("limit") or 262144))
     start = time.monotonic()
+    kill_leftovers()  # in case an earlier cleanup ran out of time
     try:
         proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             cwd=req.get("cwd") or None, env=env, start_new_session=True, close_fds=True,
+            preexec_fn=lower_priority,
         )
     except OSError as exc:
         return {"output": "%s: %s\n" % (argv[0], exc.strerror or exc), "exit_code": 127 if exc.errno == 2 else 126,
@@ -159,24 +229,26 @@ def run_command(req):
     deadline = None if timeout is None else start + float(timeout)
     timed_out = False
     open_ = True
-    while open_:
-        wait = 0.5
+    while proc.poll() is None:
+        # The wait is short: background children may hold the pipe open after the command exits, quietly.
+        wait = 0.1
         if deadline is not None:
             wait = min(wait, deadline - time.monotonic())
             if wait <= 0:
                 timed_out = True
-                kill_tree(proc)
                 break
-        open_ = read_available(fd, cap, wait, proc)
-        if open_ and proc.poll() is not None:
-            while open_ and select.select([fd], [], [], DRAIN_AFTER_EXIT_S)[0]:
-                open_ = read_available(fd, cap, 0)
-            break
-    proc.wait()
-    if timed_out:
-        drain_until = time.monotonic() + 0.5
-        while time.monotonic() < drain_until and read_available(fd, cap, 0.05):
-            pass
+        if open_:
+            open_ = read_available(fd, cap, wait, proc)
+        else:  # the command closed its output and runs on (or is just exiting: poll often)
+            read_available(None, cap, min(wait, 0.01), proc)
+    if not timed_out:
+        drain_until = time.monotonic() + DRAIN_MAX_S
+        while open_ and time.monotonic() < drain_until and select.select([fd], [], [], DRAIN_AFTER_EXIT_S)[0]:
+            open_ = read_available(fd, cap, 0)
+    kill_tree(proc)
+    drain_until = time.monotonic() + DRAIN_AFTER_KILL_S
+    while open_ and time.monotonic() < drain_until:
+        open_ = read_available(fd, cap, drain_until - time.monotonic())
     proc.stdout.close()
     output, cut = cap.text()
     code = proc.returncode
@@ -250,4 +322,5 @@ if __name__ == "__main__":
         if not os.path.isdir(sys.argv[1]):
             os.makedirs(sys.argv[1])
         os.chdir(sys.argv[1])
+    become_subreaper()
     serve(proto_in, proto_out)

@@ -126,3 +126,37 @@ def test_the_tiny_model_plays_two_steps_and_each_turn_is_saved(tiny, tiny_task, 
         assert tiny[1].decode(turn.completion_ids[:-1] if ends else turn.completion_ids) == turn.action
     input_ids, mask, _ = tokens.build_training_sequence(saved)
     assert sum(mask) == sum(len(t.completion_ids) for t in saved.turns)
+
+
+def bash(command: str) -> str:
+    return render_call_xml(ToolCall("execute_bash", {"command": command}))
+
+
+def test_an_agent_that_kills_its_sandbox_is_scored_not_an_infra_error(scripted, tiny_task, sandbox_config):
+    trajectory = episode(scripted([bash("kill -9 -1"), FINISH]), tiny_task, sandbox_config)
+    assert trajectory.termination == "sandbox_killed" and trajectory.scored, trajectory.error
+    assert trajectory.steps == 1 and trajectory.patch == "" and trajectory.grade is None
+    from patchgym.agent.trajectory import reward
+
+    assert reward(trajectory) == 0.0
+
+
+def test_a_sandbox_killed_from_outside_during_an_agent_command_is_an_infra_error(scripted, tiny_task, sandbox_config,
+                                                                                 kill_from_outside):
+    import threading
+
+    config = AgentConfig()
+    with open_env(sandbox_config, config) as env:
+        class KillsDuringTheCommand:
+            """Wraps the fake engine; kills the sandbox from outside while the agent's `sleep` runs."""
+
+            tokenizer = scripted([]).tokenizer
+            needs_messages = False
+            inner = scripted([bash("sleep 20"), FINISH])
+
+            def generate(self, prompt_ids, params):
+                threading.Timer(2.0, lambda: kill_from_outside(env.sandbox)).start()
+                return self.inner.generate(prompt_ids, params)
+
+        trajectory = run_agent(tiny_task, KillsDuringTheCommand(), env, config)
+    assert trajectory.termination == "infra_error", trajectory.error

@@ -53,3 +53,13 @@ def test_patch_has_every_edit_but_not_the_hidden_tests(env, tiny_task):
     assert "+    return left_operand + right_operand" in patch
     assert "notes.txt" in patch and "deleted file mode" in patch
     assert "tests/test_add.py" not in patch, "the grader owns the hidden test file"
+
+
+def test_a_deleted_git_still_gives_the_workspace_diff_which_grades(env, tiny_task):
+    from patchgym.env.grading.grader import grade_patch
+
+    env.reset(tiny_task)
+    env.step(bash("sed -i 's/left_operand - right/left_operand + right/' calc/ops.py && rm -rf /testbed/.git"))
+    patch = env.patch()
+    assert "+    return left_operand + right_operand" in patch
+    assert grade_patch(tiny_task, patch, env.config).resolved

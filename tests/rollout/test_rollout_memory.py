@@ -72,6 +72,23 @@ def test_an_infra_error_is_retried_then_recorded_unscored(tmp_path):
     assert dead.termination == "infra_error" and dead.attempt == 2 and not dead.scored and dead.grade is None
 
 
+def test_a_sandbox_the_agent_killed_is_scored_zero_once_and_counted(tmp_path):
+    from patchgym.eval.metrics import summarize
+
+    envs = []
+
+    def killed(pools):
+        envs.append(MemoryEnv(killed_on_step=1))
+        return envs[-1]
+
+    (t,) = engine(Counting(), tmp_path, make_env=killed, retries=2).run([memory_task()])
+    assert t.termination == "sandbox_killed" and t.attempt == 1 and len(envs) == 1, "not retried"
+    assert t.scored and t.grade is None and reward(t) == 0.0 and "killed the sandbox" in t.error
+    summary = summarize([t], runs=1)
+    assert summary["infra_errors"] == 0 and summary["pass@1"] == 0.0
+    assert summary["by_termination"]["sandbox_killed"]["count"] == 1
+
+
 def test_an_empty_patch_is_not_graded(tmp_path):
     class Null:
         def act(self, task, observation, turn):

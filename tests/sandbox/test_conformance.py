@@ -69,6 +69,51 @@ def test_background_process_does_not_block_the_answer(sb):
     assert time.monotonic() - start < 5
 
 
+def _running_text(sb, text: str) -> list[str]:
+    """Pids inside the sandbox whose command line (arguments joined by spaces) contains `text`."""
+    script = ("import os, sys\nfor p in filter(str.isdigit, os.listdir('/proc')):\n    try:\n"
+              "        cmd = open('/proc/%s/cmdline' % p, 'rb').read().replace(b'\\0', b' ').decode('utf-8', 'replace')\n"
+              "    except OSError:\n        continue\n"
+              "    if sys.argv[1] in cmd and p != str(os.getpid()):\n        print(p)")
+    return sb.exec(["python3", "-c", script, text]).output.split()
+
+
+_BOMB = "import os\nwhile True:\n try: os.fork()\n except OSError: pass"
+_TERM_PROOF = ("import os, signal, time\nfor s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP): "
+               "signal.signal(s, signal.SIG_IGN)\nif os.fork(): os._exit(0)\nos.setsid()\ntime.sleep(300)")
+# Each outlives its command unless the runner kills what the command left: the marker names its processes.
+ESCAPES = {
+    "background writer": ("(while true; do echo x; sleep 0.01; done) & # pg-escape-writer", 2, "pg-escape-writer"),
+    "detached fork bomb": (f"setsid python3 -c '{_BOMB}' pg-escape-bomb > /dev/null 2>&1 & sleep 1; echo started", 2,
+                           "pg-escape-bomb"),
+    "TERM-ignoring process": (f"python3 -c '{_TERM_PROOF}' pg-escape-term; sleep 60", 2, "pg-escape-term"),
+}
+
+
+@pytest.mark.parametrize("attack", list(ESCAPES))
+def test_what_a_command_leaves_is_killed_within_its_timeout(sb, monkeypatch, attack):
+    from patchgym.sandbox import base
+
+    monkeypatch.setattr(base, "ANSWER_GRACE_S", 5.0)  # today's hang shows as a dead sandbox within seconds
+    command, timeout, marker = ESCAPES[attack]
+    start = time.monotonic()
+    sb.exec(command, timeout=timeout)
+    assert sb.exec("true").ok
+    elapsed = time.monotonic() - start
+    assert elapsed < timeout + 2, f"{attack}: the sandbox answered `true` {elapsed:.1f} s after the attack began"
+    assert _running_text(sb, marker) == [], f"{attack}: its processes outlived the command"
+    answer = time.monotonic()
+    assert sb.exec("echo alive").output == "alive\n"
+    assert time.monotonic() - answer < 1
+
+
+def test_background_children_end_with_their_command(sb):
+    r = sb.exec("(sleep 0.01; echo early) & sleep 304 > /dev/null 2>&1 & setsid sleep 305 & echo started; wait %1")
+    assert r.ok and sorted(r.output.split()) == ["early", "started"], r.output
+    for needle in ("sleep 304", "sleep 305"):
+        assert _running(sb, needle) == [], needle
+
+
 def test_huge_output_is_capped_without_blocking(sb):
     start = time.monotonic()
     r = sb.exec("head -c 1000000000 /dev/zero | tr '\\0' x; echo; echo END", output_limit=10_000, timeout=120)
@@ -129,6 +174,22 @@ def test_runner_death_is_an_infrastructure_error(sb):
         sb.exec("kill -9 $PPID; sleep 5")
     with pytest.raises(SandboxError):
         sb.exec("true")
+
+
+def test_an_agent_command_that_kills_the_sandbox_is_the_agents_doing(sb):
+    from patchgym.sandbox import SandboxKilled
+
+    with pytest.raises(SandboxKilled, match="during the agent's command"):
+        sb.exec("kill -9 -1; sleep 5", agent=True)
+
+
+def test_a_sandbox_killed_from_outside_during_an_agent_command_is_an_infrastructure_error(sb, kill_from_outside):
+    from patchgym.sandbox import SandboxKilled
+
+    threading.Timer(1.0, kill_from_outside, [sb]).start()
+    with pytest.raises(SandboxError) as raised:
+        sb.exec("sleep 30", agent=True)
+    assert not isinstance(raised.value, SandboxKilled), raised.value
 
 
 def test_close_from_another_thread_interrupts_a_running_command(sb):

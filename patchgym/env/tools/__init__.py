@@ -40,7 +40,7 @@ def run_tool(sandbox, call: ToolCall, *, timeout: float = 90.0, python: str = "p
         args = "@" + args_file
     # -I: the task's PYTHON* variables (a PYTHONPATH into the repository, say) must not change how the tools run.
     result = sandbox.exec([python, "-I", SCRIPT_PATH, call.name, args, f"{timeout:g}"],
-                          timeout=timeout + SCRIPT_GRACE_S)
+                          timeout=timeout + SCRIPT_GRACE_S, agent=True)
     if result.timed_out:
         return ToolResult(f"Execution output of [{call.name}]:\nERROR: the tool did not answer within "
                           f"{timeout + SCRIPT_GRACE_S:g} s and was stopped.", 124, False)

@@ -24,8 +24,9 @@ TOOL_SCHEMAS: list[dict] = [
     _function("execute_bash", (
         "Run a bash command in /testbed, in a fresh login shell: nothing carries over between calls (cd, variables, "
         "activated environments). Returns the exit code and the merged stdout and stderr; long output keeps its "
-        "first and last 40 lines. A command is killed after 90 seconds: run long jobs in the background with their "
-        "output redirected to a file. stdin is empty, so interactive programs cannot wait for input."),
+        "first and last 40 lines. A command is killed after 90 seconds, and when it ends every process it started "
+        "(background jobs too) is stopped: split long jobs into shorter commands. stdin is empty, so interactive "
+        "programs cannot wait for input."),
         {"command": {"type": "string", "description": "The bash command, e.g. `python -m pytest -x tests/test_x.py`; "
                                                       "chain several with && or ;."}},
         ["command"]),

@@ -193,7 +193,7 @@ def execute_bash(args, timeout):
     code = 124 if timed_out else (proc.returncode if proc.returncode >= 0 else 128 - proc.returncode)
     if timed_out:
         body += ("\n[The command timed out after {:g} s: it and every process it started were killed. Make it "
-                 "faster, or run it in the background with its output redirected to a file.]").format(timeout)
+                 "faster, or split it into shorter commands.]").format(timeout)
     return body, code
 
 
