@@ -60,6 +60,6 @@ def test_a_deleted_git_still_gives_the_workspace_diff_which_grades(env, tiny_tas
 
     env.reset(tiny_task)
     env.step(bash("sed -i 's/left_operand - right/left_operand + right/' calc/ops.py && rm -rf /testbed/.git"))
-    patch = env.patch()
+    patch = env.patch(1_000_000)
     assert "+    return left_operand + right_operand" in patch
     assert grade_patch(tiny_task, patch, env.config).resolved
