@@ -12,7 +12,7 @@ import difflib
 from patchgym.env.base import StepResult
 from patchgym.env.grading.grade import Grade
 from patchgym.env.tools.calls import FormatError, parse_tool_call
-from patchgym.sandbox import DiffTooLarge, SandboxError, SandboxKilled
+from patchgym.sandbox import DiffFailed, DiffTooLarge, SandboxError, SandboxKilled
 from patchgym.tasks import Task
 
 BUGGY = {"calc.py": "def add(a, b):\n    return a - b\n"}
@@ -45,17 +45,18 @@ def memory_grade(task: Task, patch: str, pools=None) -> Grade:
 class MemoryEnv:
     """The Env protocol over a dict of files. `die_on_step` makes that step (1-based) raise SandboxError, as a
     sandbox that died would; `killed_on_step` raises SandboxKilled, as one the agent's command killed; `bash` maps
-    commands to (output, exit code)."""
+    commands to (output, exit code); the command `break git` makes the patch fail as a broken git would."""
 
     def __init__(self, files: dict[str, str] | None = None, *, die_on_step: int | None = None,
                  killed_on_step: int | None = None, bash: dict[str, tuple[str, int]] | None = None):
         self.initial = dict(files or BUGGY)
         self.files: dict[str, str] = {}
         self.die_on_step, self.killed_on_step, self.bash = die_on_step, killed_on_step, bash or {}
-        self.steps, self.closed, self.task = 0, False, None
+        self.steps, self.closed, self.task, self.git_broken = 0, False, None, False
 
     def reset(self, task: Task) -> str:
         self.task, self.files, self.steps, self.closed = task, dict(self.initial), 0, False
+        self.git_broken = False
         return task.problem_statement
 
     def step(self, action_text: str) -> StepResult:
@@ -76,6 +77,8 @@ class MemoryEnv:
         return StepResult(observation, False, call=call, exit_code=code)
 
     def _run(self, name: str, args: dict) -> tuple[str, int]:
+        if name == "execute_bash" and args["command"] == "break git":
+            self.git_broken = True
         if name == "execute_bash":
             return self.bash.get(args["command"], ("ok", 0))
         if name == "search":
@@ -101,6 +104,8 @@ class MemoryEnv:
     def patch(self, max_bytes: int) -> str:
         if self.closed:
             raise SandboxError("the memory env was closed")
+        if self.git_broken:
+            raise DiffFailed("git diff failed: not a git repository")
         patch = diff(self.initial, self.files)
         if len(patch.encode()) > max_bytes:
             raise DiffTooLarge(len(patch.encode()), max_bytes)

@@ -23,7 +23,7 @@ from patchgym.env.base import Env
 from patchgym.env.swe_env import SWEEnv
 from patchgym.env.tools import TOOL_SCHEMAS
 from patchgym.inference import Engine, Generation, SamplingParams
-from patchgym.sandbox import DiffTooLarge, SandboxConfig, SandboxError, SandboxKilled
+from patchgym.sandbox import DiffFailed, DiffTooLarge, SandboxConfig, SandboxError, SandboxKilled
 from patchgym.tasks import Task
 
 
@@ -49,8 +49,9 @@ def run_agent(task: Task, engine: Engine, env: Env, config: AgentConfig, *,
 
     Generation calls `engine.generate` (in a worker thread). A SandboxKilled (the sandbox died during the agent's
     own command) is the `sandbox_killed` termination; any other SandboxError (from reset, a step or the final diff)
-    is `infra_error`; a final patch over `config.max_patch_bytes` is `patch_too_large`; any other exception
-    propagates after the partial record is saved.
+    is `infra_error`; a final patch over `config.max_patch_bytes` is `patch_too_large`, and one git cannot make in
+    a sandbox that still answers is `patch_failed`; any other exception propagates after the partial record is
+    saved.
     """
     async def generate(ids: list[int], messages: list[dict], params: SamplingParams) -> Generation:
         if engine.needs_messages:
@@ -84,6 +85,8 @@ async def arun_agent(task: Task, engine: Engine, env: Env, config: AgentConfig, 
             trajectory.patch = await asyncio.to_thread(env.patch, config.max_patch_bytes)
         except DiffTooLarge as exc:  # neither written nor graded: only its size is kept
             trajectory.termination, trajectory.error = "patch_too_large", f"{exc} (agent.max_patch_bytes)"
+        except DiffFailed as exc:  # the sandbox answers, but what the agent did leaves no diff to grade
+            trajectory.termination, trajectory.error = "patch_failed", str(exc)
     except SandboxKilled as exc:  # the agent's own command ended its sandbox: its outcome, scored 0
         trajectory.termination, trajectory.error = "sandbox_killed", f"{type(exc).__name__}: {exc}"
     except SandboxError as exc:

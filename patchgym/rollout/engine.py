@@ -37,6 +37,7 @@ from patchgym.rollout.store import TrajectoryStore
 from patchgym.sandbox import SandboxConfig
 from patchgym.sandbox.pool import PoolSet
 from patchgym.tasks import Task
+from patchgym.termination import UNGRADED
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +135,7 @@ class RolloutEngine:
         for attempt in range(1, self.config.retries + 2):
             trajectory = await self._episode(task, pools, self._partial_path(key))
             trajectory.trajectory_id, trajectory.sample, trajectory.attempt = key, sample, attempt
-            if trajectory.termination not in ("infra_error", "sandbox_killed") and self.grade:
+            if trajectory.termination not in ("infra_error", *UNGRADED) and self.grade:
                 await self._grade(task, trajectory, pools)
             if trajectory.termination != "infra_error":
                 break
@@ -170,8 +171,6 @@ class RolloutEngine:
 
     async def _grade(self, task: Task, trajectory: Trajectory, pools: PoolSet) -> None:
         """Grade the final patch in a fresh sandbox; a grading sandbox that keeps dying makes it an infra error."""
-        if trajectory.termination == "patch_too_large":  # no patch was kept: nothing to grade, reward 0
-            return
         if not trajectory.patch.strip() and not self.config.grade_empty_patches:
             trajectory.grade = Grade(instance_id=task.instance_id, error="empty_patch")
             return

@@ -4,7 +4,7 @@ import importlib
 
 from patchgym.sandbox.base import Sandbox
 from patchgym.sandbox.config import BACKENDS, SandboxConfig
-from patchgym.sandbox.errors import DiffTooLarge, SandboxError, SandboxKilled
+from patchgym.sandbox.errors import DiffFailed, DiffTooLarge, SandboxError, SandboxKilled
 from patchgym.sandbox.result import ExecResult
 
 def backend_class(name: str) -> type[Sandbox]:
@@ -33,5 +33,5 @@ def open_sandbox(config: SandboxConfig | None = None, *, image=None, labels: dic
     return cls(config, image=image, labels=labels)
 
 
-__all__ = ["BACKENDS", "DiffTooLarge", "ExecResult", "Sandbox", "SandboxConfig", "SandboxError", "SandboxKilled",
+__all__ = ["BACKENDS", "DiffFailed", "DiffTooLarge", "ExecResult", "Sandbox", "SandboxConfig", "SandboxError", "SandboxKilled",
            "backend_class", "open_sandbox"]

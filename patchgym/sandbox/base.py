@@ -17,7 +17,7 @@ from typing import Any
 from patchgym.sandbox import lifecycle
 from patchgym.sandbox.channel import Channel
 from patchgym.sandbox.config import SandboxConfig
-from patchgym.sandbox.errors import DiffTooLarge, SandboxError, SandboxKilled
+from patchgym.sandbox.errors import DiffFailed, DiffTooLarge, SandboxError, SandboxKilled
 from patchgym.sandbox.result import ExecResult
 
 RUNNER_SOURCE = (Path(__file__).parent / "runner.py").read_text()
@@ -164,7 +164,8 @@ class Sandbox:
                            env={"PATCHGYM_DIFF_BASE": base, "PATCHGYM_GIT_DIR": git_dir or ""},
                            output_limit=max_bytes, timeout=300)
         if not result.ok:
-            raise RuntimeError(f"{self.id}: git diff against {base!r} failed ({result.exit_code}): {result.output}")
+            raise DiffFailed(f"{self.id}: git diff against {base!r} failed ({result.exit_code}): "
+                             f"{result.output[-2000:]}")
         if result.cut_bytes:
             raise DiffTooLarge(max_bytes + result.cut_bytes, max_bytes)  # what was cut and the max_bytes kept
         return result.output

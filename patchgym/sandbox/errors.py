@@ -14,6 +14,11 @@ class DiffTooLarge(Exception):
         self.size, self.limit = size, limit
 
 
+class DiffFailed(RuntimeError):
+    """git could not diff the workspace in a sandbox that still answers: what the agent did to it (deleted git,
+    the snapshot, the disk) is the cause, so it is the trajectory's outcome (`patch_failed`, reward 0)."""
+
+
 class SandboxKilled(SandboxError):
     """The sandbox died during one of the agent's own commands, of something inside it: the agent's doing, so the
     trajectory's outcome (`sandbox_killed`, reward 0), not an infrastructure error."""

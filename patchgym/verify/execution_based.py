@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from patchgym.env.grading import report
-from patchgym.env.grading.grader import PASSING, REPORT_PATH, grader_owns
+from patchgym.env.grading.grader import PASSING, REPORT_PARSER, REPORT_PATH, grader_owns
 from patchgym.env.workspace import PatchApplyError, apply_patch, prepare_workspace
 from patchgym.sandbox import Sandbox, SandboxConfig, SandboxError
 from patchgym.sandbox.pool import PoolSet
@@ -177,7 +177,9 @@ def _candidate(task: Task, patch: str, files: list[str], tests: list[str], confi
                pools: PoolSet) -> CandidateCheck:
     def work(sandbox: Sandbox) -> CandidateCheck:
         wd = task.workdir
-        plugins = report.installed_plugins(sandbox, wd)  # before the patch can add one
+        # Factory tasks run as the grader runs them: autoload off, only the plugins installed before the patch.
+        # Imported rows keep autoload on, as their own harness runs their (possibly old) pytest.
+        plugins = report.installed_plugins(sandbox, wd) if task.log_parser == REPORT_PARSER else None
         _commit_hidden_owned(sandbox, task)
         try:
             apply_patch(sandbox, patch, wd, "candidate")
@@ -231,10 +233,10 @@ def _restore_owned(sandbox: Sandbox, task: Task) -> None:
         _exec(sandbox, "rm -f -- " + shlex.join(remove), task.workdir)
 
 
-def _run_regression(sandbox: Sandbox, task: Task, files: list[str], plugins: list[str],
+def _run_regression(sandbox: Sandbox, task: Task, files: list[str], plugins: list[str] | None,
                     config: VerifierConfig) -> tuple[int, int]:
     """(passed, total) over the tests of `files`, from the report plugin (never from printed output), run as the
-    grader runs it: autoload off, only `plugins` (those installed before the patch)."""
+    grader runs it: autoload off, only `plugins` (those installed before the patch); None: autoload on."""
     if not files:
         return 0, 0
     report.install_report_plugin(sandbox)

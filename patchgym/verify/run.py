@@ -21,6 +21,7 @@ from patchgym.agent.trajectory import Trajectory
 from patchgym.files import write_atomic
 from patchgym.sandbox import SandboxConfig
 from patchgym.tasks import Task
+from patchgym.termination import UNGRADED
 from patchgym.verify.config import VerifierConfig
 from patchgym.verify.execution_based import check_candidates
 from patchgym.verify.execution_free import score_trajectories
@@ -40,7 +41,7 @@ def read_candidates(runs: Sequence[Path], tasks: dict[str, Task]) -> tuple[dict[
         if not (run / "trajectories.jsonl").is_file():
             raise VerifierError(f"{run} has no trajectories.jsonl: not an eval run")
         for trajectory in read_trajectories([run]):
-            if trajectory.termination is None or trajectory.grade is None:
+            if trajectory.termination is None or (trajectory.grade is None and trajectory.termination not in UNGRADED):
                 skipped["unfinished"] += 1
             elif trajectory.termination == "infra_error":
                 skipped["infra_error"] += 1

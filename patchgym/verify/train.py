@@ -16,6 +16,7 @@ import torch
 
 from patchgym.agent.trajectory import Trajectory
 from patchgym.inference.models import load_model
+from patchgym.termination import UNGRADED
 from patchgym.train.batch import TrainSequence, collate, pack_micro_batches
 from patchgym.train.config import TrainConfig
 from patchgym.train.logprobs import sequence_logprobs
@@ -55,7 +56,8 @@ def verdict_loss(model, examples: Sequence[TrainSequence], micro_token_budget: i
 
 def usable(trajectories: Sequence[Trajectory]) -> list[Trajectory]:
     """Trajectories with a label: graded, and not ended by an infrastructure error."""
-    return [t for t in trajectories if t.grade is not None and t.termination is not None and t.scored]
+    return [t for t in trajectories if t.termination is not None and t.scored
+            and (t.grade is not None or t.termination in UNGRADED)]
 
 
 def train_verifier(trajectories: Sequence[Trajectory], model_spec: str, out: Path, config: VerifierConfig,

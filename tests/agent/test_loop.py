@@ -141,6 +141,14 @@ def test_an_agent_that_kills_its_sandbox_is_scored_not_an_infra_error(scripted, 
     assert reward(trajectory) == 0.0
 
 
+def test_an_agent_that_deletes_git_and_the_snapshot_is_scored_not_an_infra_error(scripted, tiny_task,
+                                                                                 sandbox_config):
+    trajectory = episode(scripted([bash("rm -rf /testbed/.git /var/lib/patchgym/base.git"), FINISH]), tiny_task,
+                         sandbox_config)
+    assert trajectory.termination == "patch_failed" and trajectory.scored, trajectory.error
+    assert trajectory.patch == "" and trajectory.grade is None and "git diff" in trajectory.error
+
+
 def test_a_sandbox_killed_from_outside_during_an_agent_command_is_an_infra_error(scripted, tiny_task, sandbox_config,
                                                                                  kill_from_outside):
     import threading

@@ -117,3 +117,13 @@ def test_a_patch_too_large_is_recorded_scored_and_not_graded(tmp_path):
                          grader=lambda *a: graded.append(a)).run([memory_task()])
     assert t.termination == "patch_too_large" and t.grade is None and t.scored and reward(t) == 0.0
     assert graded == [] and t.patch == ""
+
+
+def test_a_diff_the_agent_broke_is_its_outcome_not_an_infra_error(tmp_path):
+    class BreaksGit:
+        def act(self, task, observation, turn):
+            return [FIX, render_call_xml(ToolCall("execute_bash", {"command": "break git"})), FINISH][turn]
+
+    (t,) = engine(Counting(BreaksGit()), tmp_path, retries=2).run([memory_task()])
+    assert t.termination == "patch_failed" and t.attempt == 1, "not retried"
+    assert t.scored and t.grade is None and reward(t) == 0.0 and "not a git repository" in t.error

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 # tampered: the code under test changed how pytest runs or reports tests (the report plugin's closing check).
 GradeError = Literal["apply", "infra", "no_tests_ran", "timeout", "empty_patch", "tampered"]
 Outcome = Literal["resolved", "unresolved", "apply", "infra", "no_tests_ran", "timeout", "empty_patch", "tampered"]
-# The errors that are the patch's doing or the suite's verdict on it; `infra` is not one of them.
+# The errors eval counts as grading errors (empty_patch is not one: nothing was graded).
 GRADING_ERRORS: frozenset[str] = frozenset({"apply", "infra", "no_tests_ran", "timeout", "tampered"})
 
 

@@ -61,16 +61,18 @@ def installed_plugins(sandbox, cwd: str) -> list[str]:
     return json.loads(lines[-1])
 
 
-def pytest_command(command: str, report_path: str, plugins: list[str]) -> str:
-    """`command` (a pytest run) with autoload off, only `plugins` and the report plugin loaded, to `report_path`.
+def pytest_command(command: str, report_path: str, plugins: list[str] | None) -> str:
+    """`command` (a pytest run) with autoload off, only `plugins` and the report plugin loaded, to `report_path`;
+    with `plugins` None autoload stays on (an imported row's environment, whose harness loads its plugins so).
 
     PYTHONSAFEPATH: `python -m pytest` must not put the workspace first on sys.path, where a file from the patch
     could stand in for pytest or for our plugin before either is imported. PYTEST_PLUGINS and PYTEST_ADDOPTS are the
     grader's to set, and it sets neither.
     """
     # The report plugin first: it must be imported before any other plugin, which may be code under test.
-    args = pytest_report_args(report_path) + [arg for name in plugins for arg in ("-p", name)]
-    env = f"PYTHONSAFEPATH=1 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 PYTHONPATH={PLUGIN_DIR}${{PYTHONPATH:+:$PYTHONPATH}}"
+    args = pytest_report_args(report_path) + [arg for name in plugins or () for arg in ("-p", name)]
+    autoload = "" if plugins is None else "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 "
+    env = f"PYTHONSAFEPATH=1 {autoload}PYTHONPATH={PLUGIN_DIR}${{PYTHONPATH:+:$PYTHONPATH}}"
     return f"export {env}; unset PYTEST_PLUGINS PYTEST_ADDOPTS; {command} {shlex.join(args)}"
 
 
