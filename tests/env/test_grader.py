@@ -103,40 +103,39 @@ def test_tricks_do_not_resolve(grade, make_diff, tiny_sources, trick):
     assert g.f2p.get("tests/test_add.py::test_add") in (None, "FAILED", "ERROR"), g
 
 
-def test_code_that_forges_reports_in_process_is_tampered(grade, make_diff, tiny_sources):
-    clean, _ = tiny_sources
-    init = clean["calc/__init__.py"]
-    g = grade(make_diff({"calc/__init__.py": init}, {"calc/__init__.py": init + FORGE_REPORTS}))
+@pytest.fixture
+def grade_init(grade, make_diff, tiny_sources):
+    """Grade a patch that appends `code` to the package's own calc/__init__.py (and adds `files`)."""
+    init = tiny_sources[0]["calc/__init__.py"]
+    return lambda code, files={}: grade(make_diff({"calc/__init__.py": init},
+                                                  {"calc/__init__.py": init + code, **files}))
+
+
+def test_code_that_forges_reports_in_process_is_tampered(grade_init):
+    g = grade_init(FORGE_REPORTS)
     assert not g.resolved and g.error == "tampered", g
     assert "from_item_and_call" in g.error_detail and g.outcome == "tampered" and g.reward == 0
 
 
-def test_code_that_registers_a_report_hook_is_tampered(grade, make_diff, tiny_sources):
-    clean, _ = tiny_sources
-    init = clean["calc/__init__.py"]
-    g = grade(make_diff({"calc/__init__.py": init}, {"calc/__init__.py": init + REGISTER_PLUGIN,
-                                                     "calc/forge.py": FORCE_PASS_CONFTEST}))
+def test_code_that_registers_a_report_hook_is_tampered(grade_init):
+    g = grade_init(REGISTER_PLUGIN, {"calc/forge.py": FORCE_PASS_CONFTEST})
     assert not g.resolved and g.error == "tampered", g
     assert "pytest_runtest_makereport" in g.error_detail
 
 
-def test_a_run_cut_short_after_forged_reports_is_tampered(grade, make_diff, tiny_sources):
-    clean, _ = tiny_sources
-    init = clean["calc/__init__.py"]
+def test_a_run_cut_short_after_forged_reports_is_tampered(grade_init):
     # Leaves before pytest's end, so the closing check that would see the forgery never runs.
     leave = "import os\nimport _pytest.config\n_pytest.config.Config._ensure_unconfigure = lambda self: os._exit(0)\n"
-    g = grade(make_diff({"calc/__init__.py": init}, {"calc/__init__.py": init + FORGE_REPORTS + leave}))
+    g = grade_init(FORGE_REPORTS + leave)
     assert not g.resolved and g.error == "tampered", g
     assert "closing check" in g.error_detail
 
 
-def test_lines_written_into_the_report_by_the_code_under_test_are_tampered(grade, make_diff, tiny_sources):
-    clean, _ = tiny_sources
-    init = clean["calc/__init__.py"]
+def test_lines_written_into_the_report_by_the_code_under_test_are_tampered(grade_init):
     forged = '{"nodeid": "tests/test_add.py::test_add", "when": "call", "outcome": "passed"}'
     append = ("import atexit, glob\n\n\ndef _append():\n    for path in glob.glob('/opt/patchgym/grader/*.jsonl'):\n"
               f"        open(path, 'a').write({forged!r} + '\\n')\n\n\natexit.register(_append)\n")
-    g = grade(make_diff({"calc/__init__.py": init}, {"calc/__init__.py": init + append}))
+    g = grade_init(append)
     assert not g.resolved and g.error == "tampered", g
 
 

@@ -42,13 +42,13 @@ def test_exec_has_the_image_tools(sb):
     assert "Python 3" in r.output and "git version" in r.output and "pytest" in r.output
 
 
-def _running(sb, needle: str) -> list[str]:
-    """Pids inside the sandbox whose command line contains `needle` (words separated by spaces)."""
-    script = ("import os, sys\nneedle = sys.argv[1].replace(' ', '\\0').encode()\n"
-              "for p in filter(str.isdigit, os.listdir('/proc')):\n"
-              "    try:\n        cmd = open('/proc/%s/cmdline' % p, 'rb').read()\n    except OSError:\n        continue\n"
-              "    if needle in cmd and p != str(os.getpid()):\n        print(p)")
-    return sb.exec(["python3", "-c", script, needle]).output.split()
+def _running(sb, text: str) -> list[str]:
+    """Pids inside the sandbox whose command line (arguments joined by spaces) contains `text`."""
+    script = ("import os, sys\nfor p in filter(str.isdigit, os.listdir('/proc')):\n    try:\n"
+              "        cmd = open('/proc/%s/cmdline' % p, 'rb').read().replace(b'\\0', b' ').decode('utf-8', 'replace')\n"
+              "    except OSError:\n        continue\n"
+              "    if sys.argv[1] in cmd and p != str(os.getpid()):\n        print(p)")
+    return sb.exec(["python3", "-c", script, text]).output.split()
 
 
 def test_timeout_kills_the_whole_process_tree(sb):
@@ -67,15 +67,6 @@ def test_background_process_does_not_block_the_answer(sb):
     r = sb.exec("sleep 100 > /dev/null 2>&1 & sleep 200 & echo started")
     assert r.ok and r.output == "started\n"
     assert time.monotonic() - start < 5
-
-
-def _running_text(sb, text: str) -> list[str]:
-    """Pids inside the sandbox whose command line (arguments joined by spaces) contains `text`."""
-    script = ("import os, sys\nfor p in filter(str.isdigit, os.listdir('/proc')):\n    try:\n"
-              "        cmd = open('/proc/%s/cmdline' % p, 'rb').read().replace(b'\\0', b' ').decode('utf-8', 'replace')\n"
-              "    except OSError:\n        continue\n"
-              "    if sys.argv[1] in cmd and p != str(os.getpid()):\n        print(p)")
-    return sb.exec(["python3", "-c", script, text]).output.split()
 
 
 _BOMB = "import os\nwhile True:\n try: os.fork()\n except OSError: pass"
@@ -101,7 +92,7 @@ def test_what_a_command_leaves_is_killed_within_its_timeout(sb, monkeypatch, att
     assert sb.exec("true").ok
     elapsed = time.monotonic() - start
     assert elapsed < timeout + 2, f"{attack}: the sandbox answered `true` {elapsed:.1f} s after the attack began"
-    assert _running_text(sb, marker) == [], f"{attack}: its processes outlived the command"
+    assert _running(sb, marker) == [], f"{attack}: its processes outlived the command"
     answer = time.monotonic()
     assert sb.exec("echo alive").output == "alive\n"
     assert time.monotonic() - answer < 1
