@@ -27,8 +27,10 @@ from patchgym.sandbox.limits import parse_oom_kill
 CONTAINER = "sandbox"
 LABEL_NETWORK_OFF = "patchgym.network-off"
 POLICY_NAME = "patchgym-sandbox-deny-all"
-# PID 1 must die on TERM (a plain `sleep` ignores it and a delete would wait out the grace period).
-PID1 = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"
+# PID 1 must die on TERM (a plain `sleep` ignores it and a delete would wait out the grace period), and has no
+# child: then the runner sees only PID 1 and its own tree, and may end a fork bomb with one kill(-1).
+PID1 = ("import signal, sys\nfor s in (signal.SIGTERM, signal.SIGINT): signal.signal(s, lambda *_: sys.exit(0))\n"
+        "while True: signal.pause()")
 IMAGE_ERRORS = ("ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName", "CreateContainerError",
                 "CreateContainerConfigError")
 KUBE_FIX = ("start a cluster (`scripts/k8s-cluster.sh up`, then export KUBECONFIG), set sandbox.kubernetes.kubeconfig, "
@@ -208,7 +210,7 @@ class KubernetesSandbox(Sandbox):
             "serviceAccountName": kcfg.service_account,
             "containers": [{
                 "name": CONTAINER, "image": tag, "imagePullPolicy": kcfg.image_pull_policy,
-                "command": ["/bin/sh", "-c", PID1],
+                "command": [cfg.python, "-c", PID1],
                 "env": [{"name": k, "value": v} for k, v in cfg.env.items()] or None,
                 "resources": {"limits": limits, "requests": requests},
                 "securityContext": {"allowPrivilegeEscalation": False},
