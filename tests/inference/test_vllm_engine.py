@@ -150,8 +150,12 @@ def test_pushed_weights_are_served_at_once_and_the_originals_restore_it_exactly(
 
     engine.load_weights(original)
     after = engine.generate(prompt, params)
-    assert (after.token_ids, after.logprobs) == (before.token_ids, before.logprobs)  # bit for bit
-    assert score(engine, prompt, before.token_ids) == before_scores
+    # The same tokens, and logprobs within float32 rounding: on some CPUs vLLM's reloaded weights take another
+    # kernel layout than the first load did (measured: up to 2.3e-5 apart here, and only after the module's
+    # earlier tests), while a push that did not restore them is off by more than 0.05 (asserted above).
+    assert after.token_ids == before.token_ids
+    assert after.logprobs == pytest.approx(before.logprobs, abs=1e-4)
+    assert score(engine, prompt, before.token_ids) == pytest.approx(before_scores, abs=1e-4)
     assert engine.pid == pid and engine.process.poll() is None  # the same server, never restarted
 
 
