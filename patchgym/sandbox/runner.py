@@ -117,9 +117,9 @@ def lower_priority():
         pass
 
 
-def signal_quietly(kill, target, sig=signal.SIGKILL):
+def signal_quietly(kill, target):
     try:
-        kill(target, sig)
+        kill(target, signal.SIGKILL)
     except OSError:
         pass
 
@@ -148,8 +148,7 @@ def kill_leftovers():
             return
         if ALONE:
             # Everything else in our pid namespace is ours: kill(-1) spares only us and init, and ends a fork bomb
-            # in one call, however fast it forks. Stopped first, the bomb no longer takes the CPU its end needs.
-            signal_quietly(os.kill, -1, signal.SIGSTOP)
+            # in one call, however fast it forks.
             signal_quietly(os.kill, -1)
         for pgid in set(g for _, g in victims) - {os.getpgrp()}:
             signal_quietly(os.killpg, pgid)
