@@ -33,12 +33,21 @@ class Task(BaseModel):
     test_cmd: str = Field("", description="command that runs the tests; '' = eval_script or the parser's default")
     eval_script: str = ""
     log_parser: str = "pytest"
+    eval_type: str = Field("", description="SWE-bench v5: pass_and_fail or fail_only; '' = pass_and_fail")
+    hidden_paths: list[str] = Field(default_factory=list, description="image paths only the grader may see; "
+                                    "removed from the agent's sandbox before its first step (R2E-Gym: /r2e_tests)")
+    validated: bool = Field(False, description="its tests were seen to run, unpatched and gold (`tasks validate`)")
     hints_text: str = ""
     created_at: str = ""
     source: str = Field("", description="swebench, swegym, r2egym, smith, rebench or factory")
     difficulty: str = ""
     strategy: str = Field("", description="factory: the mutation that made the bug")
     install_config: dict | None = Field(None, description="SWE-rebench: how to build the environment")
+
+    @property
+    def imported(self) -> bool:
+        """A public dataset's row, graded as its own harness grades it (the factory's tasks have stricter rules)."""
+        return self.source not in ("", "factory")
 
 
 def read_tasks(path: str | Path) -> list[Task]:
