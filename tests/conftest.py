@@ -228,7 +228,7 @@ def tiny_task(tmp_path_factory) -> Task:
         test_files=["tests/test_add.py"],
         test_cmd="python -m pytest -p no:cacheprovider tests",
         log_parser="patchgym_report",
-        source="test",
+        source="factory",
     )
 
 

@@ -69,9 +69,17 @@ class Trajectory(BaseModel):
         return self.grade is not None and self.grade.resolved
 
     @property
+    def excluded(self) -> str | None:
+        """Why this trajectory takes no reward, or None: `infra_error` (an ending or a grade the agent did not
+        cause), or its grade's own exclusion (`unvalidated_no_tests`: no test ran on a row never validated)."""
+        if self.termination == "infra_error" or (self.grade is not None and self.grade.excluded == "infra"):
+            return "infra_error"
+        return self.grade.excluded if self.grade is not None else None
+
+    @property
     def scored(self) -> bool:
-        """False for an infrastructure error: it says nothing about the policy and takes no reward."""
-        return self.termination != "infra_error"
+        """False when excluded: it says nothing about the policy and takes no reward."""
+        return self.excluded is None
 
     @property
     def sampled_tokens(self) -> int:
@@ -94,8 +102,9 @@ class Trajectory(BaseModel):
 
 def reward(trajectory: Trajectory) -> float:
     """The reward a graded trajectory earns before any shaping: its grade's (1 when it resolved its task, else 0,
-    unless the grader stated its own score); an ungraded one earns 0. An infrastructure error has no reward."""
+    unless the grader stated its own score); an ungraded one earns 0. An excluded one (infrastructure error,
+    unvalidated row whose tests did not run) has no reward."""
     if not trajectory.scored:
-        raise ValueError(f"trajectory {trajectory.trajectory_id or trajectory.task_id} is an infrastructure error: "
-                         "it has no reward and must be left out of what is scored")
+        raise ValueError(f"trajectory {trajectory.trajectory_id or trajectory.task_id} is excluded "
+                         f"({trajectory.excluded}): it has no reward and must be left out of what is scored")
     return 0.0 if trajectory.grade is None else trajectory.grade.reward

@@ -2,14 +2,15 @@
 
 It parses the model's tool call itself (a bad call is a counted format error, answered with what to do), runs
 the tool in the task's sandbox, and produces the patch: the workspace's diff against its only commit, without
-the test files the grader owns.
+the test files the grader owns. The image's hidden paths (R2E-Gym's /r2e_tests) are deleted before the first step;
+grading starts a fresh sandbox from the image, where they still are.
 """
 
 from patchgym.env.base import StepResult
 from patchgym.env.tools import install_tools, run_tool
 from patchgym.env.tools.calls import FormatError, parse_tool_call
 from patchgym.env.workspace import BASE_GIT_DIR, prepare_workspace
-from patchgym.sandbox import Sandbox, SandboxConfig, open_sandbox
+from patchgym.sandbox import Sandbox, SandboxConfig, SandboxError, open_sandbox
 from patchgym.sandbox.pool import PoolSet
 from patchgym.tasks import Task
 
@@ -41,8 +42,19 @@ class SWEEnv:
             self.sandbox = open_sandbox(self.config.model_copy(update={"workdir": task.workdir}),
                                         image=task.image or None)
         self.base_commit = prepare_workspace(self.sandbox, task)
+        self._remove_hidden(task)
         install_tools(self.sandbox)
         return task.problem_statement
+
+    def _remove_hidden(self, task: Task) -> None:
+        """Delete the paths only the grader may see, as root (not an agent command), and check they are gone."""
+        if not task.hidden_paths:
+            return
+        paths = [p for p in task.hidden_paths if p.strip("/")]  # never "/"
+        result = self.sandbox.exec(["bash", "-c", 'rm -rf -- "$@" && for p in "$@"; do [ ! -e "$p" ] || exit 1; done',
+                                    "rm", *paths], timeout=300)
+        if not result.ok:
+            raise SandboxError(f"task {task.instance_id}: could not remove its hidden paths {paths}: {result.output}")
 
     def step(self, action_text: str) -> StepResult:
         """Run the one tool call in `action_text`; a SandboxError here means the episode is an infra error."""

@@ -1,11 +1,13 @@
 """Evaluation metrics over graded trajectories: Pass@1 as the mean over runs with its standard error, the unbiased
 Pass@k estimator, and resolve rates per termination reason (docs/algorithms.md §7).
 
-Infrastructure errors are excluded from every rate and counted on their own: they say nothing about the model.
+Excluded trajectories (infrastructure errors; unvalidated rows whose tests did not run) say nothing about the model:
+they are left out of every rate but one and listed with their reason. That one is the official figure, resolved / all
+instances as SWE-bench counts it, where an instance that could not be graded counts as unresolved.
 """
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 from patchgym.agent.trajectory import Trajectory, reward
 from patchgym.env.grading.grade import GRADING_ERRORS
@@ -20,8 +22,9 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
 
 
-def summarize(trajectories: list[Trajectory], runs: int) -> dict:
-    """The summary.json of an eval: `trajectories` holds sample r of every task for r < runs."""
+def summarize(trajectories: list[Trajectory], runs: int, instances: int | None = None) -> dict:
+    """The summary.json of an eval: `trajectories` holds sample r of every task for r < runs; `instances`: how many
+    tasks were evaluated (default: those in `trajectories`), the official figure's denominator."""
     valid = [t for t in trajectories if t.scored]
     per_run = [[t for t in valid if t.sample == r] for r in range(runs)]
     rates = [sum(t.resolved for t in run) / len(run) for run in per_run if run]
@@ -30,11 +33,15 @@ def summarize(trajectories: list[Trajectory], runs: int) -> dict:
     by_task: dict[str, list[bool]] = defaultdict(list)
     for t in valid:
         by_task[t.task_id].append(t.resolved)
+    tasks = instances if instances is not None else len({t.task_id for t in trajectories})
+    official = [sum(t.resolved for t in trajectories if t.sample == r) / tasks for r in range(runs)] if tasks else []
     summary = {
-        "tasks": len({t.task_id for t in trajectories}),
+        "tasks": tasks,
         "runs": runs,
         "trajectories": len(trajectories),
         "resolved": sum(t.resolved for t in valid),
+        "official_resolve_rate": sum(official) / len(official) if official else 0.0,
+        "graded": len(valid),
         "resolve_rate": sum(t.resolved for t in valid) / len(valid) if valid else 0.0,
         "pass@1": mean,
         "pass@1_sem": sem,
@@ -45,7 +52,9 @@ def summarize(trajectories: list[Trajectory], runs: int) -> dict:
         scored = [pass_at_k(len(r), sum(r), k) for r in by_task.values() if len(r) >= k]
         summary[f"pass@{k}"] = sum(scored) / len(scored) if scored else None
     summary.update({
-        "infra_errors": len(trajectories) - len(valid),
+        "infra_errors": sum(t.excluded == "infra_error" for t in trajectories),
+        "excluded": [_exclusion(t) for t in trajectories if not t.scored],
+        "grade_outcomes": dict(sorted(Counter(t.grade.outcome for t in trajectories if t.grade is not None).items())),
         "grading_errors": sum(1 for t in valid if t.grade is not None and t.grade.error in GRADING_ERRORS),
         "by_termination": _by_termination(trajectories),
         "mean_steps": _mean([t.steps for t in valid]),
@@ -56,6 +65,13 @@ def summarize(trajectories: list[Trajectory], runs: int) -> dict:
         "format_errors": sum(t.format_errors for t in valid),
     })
     return summary
+
+
+def _exclusion(trajectory: Trajectory) -> dict:
+    t = trajectory
+    detail = t.error or (t.grade.error_detail if t.grade is not None else "") or ""
+    return {"trajectory_id": t.trajectory_id or t.task_id, "task_id": t.task_id, "sample": t.sample,
+            "reason": t.excluded, "detail": detail[:500]}
 
 
 def _by_termination(trajectories: list[Trajectory]) -> dict:

@@ -32,7 +32,7 @@ def evaluate(tasks: list[Task], agent: Agent, sandbox: SandboxConfig, out: str |
                                                "tasks_file": str(tasks_file) if tasks_file else None}, indent=2))
     engine = RolloutEngine(agent, sandbox, rollout, run_dir=out, progress=progress)
     trajectories = engine.run(tasks, samples=runs)
-    summary = summarize(trajectories, runs)
+    summary = summarize(trajectories, runs, instances=len(tasks))
     summary["model"] = model_name
     summary["retries"] = engine.stats.retries
     write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
@@ -57,6 +57,8 @@ def summary_table(summary: dict, title: str = "") -> Table:
     table.add_column("value", justify="right")
     runs = summary["runs"]
     table.add_row("tasks x runs", f"{summary['tasks']} x {runs}")
+    table.add_row("resolved / all instances", f"{summary['official_resolve_rate']:.1%}")
+    table.add_row("resolved / graded", f"{summary['resolve_rate']:.1%} of {summary['graded']}")
     table.add_row("pass@1", f"{summary['pass@1']:.1%} ± {summary['pass@1_sem']:.1%}" if runs > 1
                   else f"{summary['pass@1']:.1%}")
     for k in range(2, runs + 1):
@@ -67,5 +69,6 @@ def summary_table(summary: dict, title: str = "") -> Table:
     table.add_row("mean steps", f"{summary['mean_steps']:.1f}")
     table.add_row("mean sampled tokens", f"{summary['mean_sampled_tokens']:.0f}")
     table.add_row("infra errors", str(summary["infra_errors"]))
+    table.add_row("excluded", str(len(summary["excluded"])))
     table.add_row("grading errors", str(summary["grading_errors"]))
     return table

@@ -23,7 +23,7 @@ KEYS = (
     "iteration", "stage", "optimizer_steps", "lr", "tasks", "trajectories", "rounds", "reward_mean", "reward_std",
     "reward_before_shaping", "resolve_rate", "resolved", "advantage_mean", "advantage_std", "advantage_min", "advantage_max",
     "advantage_zero_fraction", "trained_trajectories", "steps_per_trajectory", "sampled_tokens_per_trajectory",
-    "tokens_per_trajectory", "rollout_tokens_per_s", "terminations", "filters", "time_rollout_s", "time_grading_s",
+    "tokens_per_trajectory", "rollout_tokens_per_s", "terminations", "grade_outcomes", "filters", "time_rollout_s", "time_grading_s",
     "time_training_s", "time_weight_sync_s", "time_iteration_s", "time_rollout_wait_s", "policy_version_min",
     "staleness_mean", "staleness_max",
 )
@@ -73,7 +73,7 @@ def flatten(record: dict[str, Any], prefix: str = "") -> dict[str, float]:
 
 
 def rollout_stats(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
-    """Outcome and length statistics of an iteration's trajectories (infrastructure errors excluded from rates)."""
+    """Outcome and length statistics of an iteration's trajectories (excluded ones left out of rates)."""
     scored = [t for t in trajectories if t.scored]
     return {
         "tasks": len({t.task_id for t in trajectories}),
@@ -86,6 +86,8 @@ def rollout_stats(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
         "tokens_per_trajectory": _mean([sum(len(x.prompt_ids) + len(x.completion_ids) + len(x.close_ids)
                                             for x in t.turns) for t in scored]),
         "terminations": dict(sorted(Counter(t.termination or "unfinished" for t in trajectories).items())),
+        # each grading outcome under its own name: a no_tests_ran scored 0 is told apart from a failing test
+        "grade_outcomes": dict(sorted(Counter(t.grade.outcome for t in trajectories if t.grade is not None).items())),
         "time_grading_s": sum(t.grade.duration for t in trajectories if t.grade is not None),
     }
 

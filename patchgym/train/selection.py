@@ -13,11 +13,12 @@ from patchgym.train.batch import TrainSequence, sequences_from_trajectories
 def select_training_batch(batch: list[Trajectory], algo: AlgorithmConfig, max_turns: int,
                           filters: dict) -> tuple[list[float], torch.Tensor, list[TrainSequence]]:
     """Shaping, filters and advantages over a batch: (shaped rewards, one advantage per scored trajectory, the
-    sequences that take loss). Adds each filter's counts to `filters`. Infrastructure errors carry no reward and
-    are left out; compact-filtered trajectories stay in their group's statistics (algorithm.invalid_as_zero) but
+    sequences that take loss). Adds each filter's counts to `filters`. Excluded trajectories (infrastructure
+    errors; unvalidated rows whose tests did not run) carry no reward and are left out, counted per reason; compact-filtered trajectories stay in their group's statistics (algorithm.invalid_as_zero) but
     take no loss."""
     scored = [x for x in batch if x.scored]
-    filters["infra_error"] = len(batch) - len(scored)
+    filters["infra_error"] = sum(x.excluded == "infra_error" for x in batch)
+    filters["unvalidated_no_tests"] = sum(x.excluded == "unvalidated_no_tests" for x in batch)
     samples = [to_sample(x) for x in scored]
     if algo.turn_penalty_threshold is not None:
         samples, filters["turn_penalty"] = apply_turn_penalty(samples, algo.turn_penalty_threshold, max_turns)

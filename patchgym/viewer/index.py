@@ -87,6 +87,6 @@ def grade_view(grade: Grade) -> dict:
     """The grade with its tests grouped: FAIL_TO_PASS, PASS_TO_PASS, and the other tests that ran."""
     other = {name: status for name, status in grade.tests.items() if name not in grade.f2p and name not in grade.p2p}
     return {"resolved": grade.resolved, "error": grade.error, "error_detail": grade.error_detail,
-            "duration": grade.duration,
+            "duration": grade.duration, "parser_disagreement": grade.parser_disagreement,
             "groups": [{"name": name, "tests": group} for name, group in
                        (("FAIL_TO_PASS", grade.f2p), ("PASS_TO_PASS", grade.p2p), ("other tests", other)) if group]}

@@ -19,7 +19,7 @@ def test_the_reward_is_the_verdict_unless_the_grader_scored_it():
     assert reward(graded(resolved=True)) == 1.0 and reward(graded(resolved=False)) == 0.0
     assert reward(graded(resolved=False, score=0.25)) == 0.25
     assert reward(Trajectory(task_id="t", termination="max_steps")) == 0.0  # never graded: nothing earned
-    with pytest.raises(ValueError, match="infrastructure error"):
+    with pytest.raises(ValueError, match=r"excluded \(infra_error\)"):
         reward(Trajectory(task_id="t", termination="infra_error"))
 
 
@@ -31,3 +31,24 @@ def test_a_record_written_before_the_grade_had_a_type_still_loads():
     assert t.resolved and t.grade.duration == 1.5 and t.grade.f2p == {"a": "PASSED"}
     with pytest.raises(ValueError, match="error"):
         Grade(error="spilled_coffee")
+
+
+def test_an_old_apply_error_loads_as_apply_failed():
+    t = Trajectory.model_validate_json('{"task_id": "t", "termination": "submitted", "grade": {"error": "apply"}}')
+    assert t.grade.error == "apply_failed" and t.grade.outcome == "apply_failed" and reward(t) == 0.0
+
+
+@pytest.mark.parametrize("error, known, excluded", [
+    ("infra", True, "infra"), ("infra", False, "infra"),
+    ("no_tests_ran", True, None), ("no_tests_ran", False, "unvalidated_no_tests"),
+    ("timeout", True, None), ("timeout", False, None), ("apply_failed", False, None), ("tampered", False, None)])
+def test_only_failures_the_patch_did_not_cause_are_excluded(error, known, excluded):
+    grade = Grade(error=error, tests_known_to_run=known)
+    assert grade.excluded == excluded
+    t = Trajectory(task_id="t", termination="submitted", grade=grade)
+    if excluded is None:
+        assert grade.reward == 0.0 and reward(t) == 0.0 and t.scored
+    else:
+        assert not t.scored and t.excluded == ("infra_error" if error == "infra" else excluded)
+        with pytest.raises(ValueError, match="excluded"):
+            grade.reward

@@ -38,3 +38,25 @@ def test_infra_errors_are_counted_and_left_out_of_every_rate():
     s = summarize(results, runs=2)
     assert s["infra_errors"] == 1 and s["pass@1_per_run"] == [1.0, 0.5]
     assert s["pass@2"] == 1.0  # task b has one valid sample: too few for k = 2, so only a counts
+
+
+def test_the_official_figure_counts_every_instance_and_the_graded_rate_only_graded_ones():
+    graded = lambda task, **grade: Trajectory(task_id=task, trajectory_id=f"{task}#0", termination="submitted",
+                                              grade=grade)
+    results = [graded("a", resolved=True), graded("b", resolved=False),
+               Trajectory(task_id="c", trajectory_id="c#0", termination="infra_error", error="image missing",
+                          grade={"error": "infra", "error_detail": "image missing"}),
+               graded("d", error="no_tests_ran", tests_known_to_run=False, error_detail="collected nothing")]
+    s = summarize(results, runs=1, instances=4)
+    assert s["official_resolve_rate"] == 1 / 4 and s["graded"] == 2 and s["resolve_rate"] == 1 / 2
+    assert s["excluded"] == [
+        {"trajectory_id": "c#0", "task_id": "c", "sample": 0, "reason": "infra_error", "detail": "image missing"},
+        {"trajectory_id": "d#0", "task_id": "d", "sample": 0, "reason": "unvalidated_no_tests",
+         "detail": "collected nothing"}]
+    assert s["infra_errors"] == 1
+    assert s["grade_outcomes"] == {"infra": 1, "no_tests_ran": 1, "resolved": 1, "unresolved": 1}
+    # the same no_tests_ran on a validated row is the patch's: scored 0, graded
+    results[3] = graded("d", error="no_tests_ran", tests_known_to_run=True)
+    s = summarize(results, runs=1, instances=4)
+    assert s["official_resolve_rate"] == 1 / 4 and s["graded"] == 3 and s["resolve_rate"] == 1 / 3
+    assert [e["task_id"] for e in s["excluded"]] == ["c"] and s["mean_reward"] == 1 / 3

@@ -155,7 +155,24 @@ def test_grpo_plus_plus_selection_masks_compact_terminations_but_keeps_them_in_t
     assert advantages.tolist() == pytest.approx([1.0, 0.0, -0.5])
     assert [(s.trajectory_id, s.advantage) for s in sequences] == [("a#0", 1.0), ("a#2", -0.5)]
     assert sequences[0].loss_mask == [0, 0, 1, 1, 0]
-    assert filters == {"infra_error": 1, "compact": {"kept": 2, "masked": 1, "masked_max_steps": 1}}
+    assert filters == {"infra_error": 1, "unvalidated_no_tests": 0,
+                       "compact": {"kept": 2, "masked": 1, "masked_max_steps": 1}}
+
+
+def test_selection_scores_a_validated_rows_no_tests_ran_0_and_leaves_out_an_unvalidated_ones_and_infra():
+    from patchgym.rl.config import load_preset
+    from patchgym.train.loop import select_training_batch
+
+    batch = [trajectory("a#0", True), trajectory("a#1", False), trajectory("a#2", False), trajectory("a#3", False)]
+    from patchgym.env.grading import Grade
+
+    batch[1].grade = Grade(error="no_tests_ran", tests_known_to_run=True)  # the patch broke a suite known to run
+    batch[2].grade = Grade(error="no_tests_ran", tests_known_to_run=False)  # maybe the row's fault
+    batch[3].grade = Grade(error="infra")
+    filters = {}
+    rewards, advantages, _ = select_training_batch(batch, load_preset("grpo++"), 50, filters)
+    assert rewards == [1.0, 0.0]
+    assert filters["infra_error"] == 1 and filters["unvalidated_no_tests"] == 1
 
 
 def test_nebius_selection_penalizes_turns_and_drops_zero_advantages():

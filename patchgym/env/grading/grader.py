@@ -9,15 +9,21 @@ skipped or missing counts as failed). A patch that does not apply, a dead sandbo
 sign that the suite ran is an `error`, reported as such, never a silent 0.
 
 With the report plugin (the factory's tasks) pytest runs with plugin autoload off and only the plugins installed
-before the patch, and a run whose code changed how pytest reports is `tampered`. An imported dataset row runs its
-own command and parser, as its harness does; it shares only the ownership of config and metadata files.
+before the patch, and a run whose code changed how pytest reports is `tampered`.
+
+An imported dataset row (`task.imported`) is graded as its own harness grades it: the candidate patch, then the row's
+eval script, which resets exactly the test_patch's files and applies it; the grader undoes only the patch's changes
+to files that run code when Python starts (harness.RUNS_AT_START). Its pytest doors are closed by how pytest is
+invoked instead (see patchgym.env.grading.harness), and where pytest runs the tests its structured report is the
+verdict, the log parser's disagreement recorded.
 """
 
 import re
+import secrets
 import shlex
 import time
 
-from patchgym.env.grading import parsers, report
+from patchgym.env.grading import harness, parsers, report
 from patchgym.env.grading.grade import Grade
 from patchgym.env.workspace import PatchApplyError, apply_patch
 from patchgym.sandbox import Sandbox, SandboxConfig, SandboxError, open_sandbox
@@ -26,7 +32,11 @@ from patchgym.tasks import Task
 
 PASSING = ("PASSED", "XFAIL")
 REPORT_PARSER = "patchgym_report"
-REPORT_PATH = "/opt/patchgym/grader/report.jsonl"
+GRADER_DIR = "/opt/patchgym/grader"
+REPORT_PATH = f"{GRADER_DIR}/report.jsonl"
+EVAL_SCRIPT = f"{GRADER_DIR}/eval.sh"
+NONCE_FILE = f"{GRADER_DIR}/nonce"
+PYTEST_CONFIG_DIR = f"{GRADER_DIR}/pytest-config"
 SNAPSHOT = "GIT_DIR=/opt/patchgym/grader/snapshot.git"
 LOG_LIMIT = 16 << 20
 _SEPARATOR = "--patchgym-untracked--"
@@ -60,11 +70,12 @@ def grade_patch(task: Task, patch: str, config: SandboxConfig | None = None, *, 
     for _ in range(retries + 1):
         try:
             with pools.sandbox(image) if pools else open_sandbox(config, image=image) as sandbox:
-                grade = _grade_in(sandbox, task, patch, timeout)
+                grade = (_grade_imported if task.imported else _grade_in)(sandbox, task, patch, timeout)
             break
         except SandboxError as exc:
             grade = Grade(instance_id=task.instance_id, error="infra", error_detail=str(exc))
     grade.duration = time.monotonic() - start
+    grade.tests_known_to_run = not task.imported or task.validated
     return grade
 
 
@@ -109,7 +120,7 @@ def _grade_in(sandbox: Sandbox, task: Task, patch: str, timeout: float) -> Grade
     try:
         apply_patch(sandbox, patch, wd, "candidate")
     except PatchApplyError as exc:
-        return Grade(instance_id=task.instance_id, error="apply", error_detail=str(exc))
+        return Grade(instance_id=task.instance_id, error="apply_failed", error_detail=str(exc))
     _restore_owned(sandbox, task, wd)
     created = _CREATED.findall(task.test_patch)
     if created:  # files the test_patch makes from nothing (a factory task's hidden tests) go first
@@ -144,3 +155,78 @@ def _grade_in(sandbox: Sandbox, task: Task, patch: str, timeout: float) -> Grade
     resolved = all(s in PASSING for s in (*f2p.values(), *p2p.values()))
     return Grade(instance_id=task.instance_id, resolved=resolved, tests=statuses, f2p=f2p, p2p=p2p,
                  exit_code=run.exit_code)
+
+
+def _grade_imported(sandbox: Sandbox, task: Task, patch: str, timeout: float) -> Grade:
+    wd = task.workdir
+    apply_patch(sandbox, task.bug_patch, wd, "bug")  # a row carries none; a replica built on the base image may
+    script = task.eval_script or harness.script_for(task)
+    harness.check_markers(task, script)
+    exports = ""
+    pytest_row = task.log_parser in harness.PYTEST_PARSERS
+    if pytest_row:  # all read before the patch can change them
+        plugins = report.installed_plugins(sandbox, wd, prelude=harness.environment_prelude(script, wd))
+        exports = harness.pytest_exports(report.pytest_report_args(REPORT_PATH), plugins,
+                                         _copy_pytest_config(sandbox, wd), wd, report.PLUGIN_DIR)
+    startup = {p: _read(sandbox, f"{wd}/{p}") for p in harness.patch_paths(patch) if harness.RUNS_AT_START.search(p)}
+    try:
+        apply_patch(sandbox, patch, wd, "candidate")
+    except PatchApplyError as exc:
+        return Grade(instance_id=task.instance_id, error="apply_failed", error_detail=str(exc))
+    for path, original in startup.items():
+        if original is None:
+            sandbox.exec(["rm", "-rf", "--", path], cwd=wd)
+        else:
+            sandbox.write_file(f"{wd}/{path}", original)
+    nonce = secrets.token_hex(16)
+    sandbox.write_file(NONCE_FILE, nonce)
+    sandbox.write_file(EVAL_SCRIPT, harness.prepared_script(script, NONCE_FILE, exports))
+    if pytest_row:
+        report.install_report_plugin(sandbox)
+    run = sandbox.exec(["bash", EVAL_SCRIPT], cwd=wd, timeout=timeout, output_limit=LOG_LIMIT)
+    grade = Grade(instance_id=task.instance_id, exit_code=run.exit_code)
+    if run.timed_out:
+        return grade.model_copy(update={"error": "timeout", "error_detail": f"tests ran over {timeout:g} s"})
+    log = harness.trusted_log(run.output, nonce)
+    if log is None:
+        return grade.model_copy(update={"error": "no_tests_ran", "error_detail": "the eval script never printed "
+                                        f"its test output markers; log tail:\n{run.output[-2000:]}"})
+    statuses, _, _ = harness.harness_report(task, log)
+    code = harness.test_exit_code(log)
+    grade.exit_code = run.exit_code if code is None else code
+    if pytest_row:
+        try:
+            reported = harness.as_logged(task, report.read_report(sandbox, REPORT_PATH))
+        except report.Tampered as exc:
+            return grade.model_copy(update={"error": "tampered", "error_detail": str(exc)})
+        except report.ReportMissing as exc:
+            return grade.model_copy(update={"error": "no_tests_ran", "error_detail": f"{exc}; log tail:\n"
+                                            f"{log[-2000:]}"})
+        grade.parser_disagreement = harness.disagreement(statuses, reported)
+        statuses = reported
+    if not statuses:
+        return grade.model_copy(update={"error": "no_tests_ran", "error_detail": "no test results in the marked "
+                                        f"output; log tail:\n{log[-2000:]}"})
+    return grade.model_copy(update={
+        "resolved": harness.harness_resolved(task, statuses), "tests": statuses,
+        "f2p": {t: statuses.get(t, "MISSING") for t in task.FAIL_TO_PASS},
+        "p2p": {t: statuses.get(t, "MISSING") for t in task.PASS_TO_PASS}})
+
+
+def _read(sandbox: Sandbox, path: str) -> bytes | None:
+    try:
+        return sandbox.read_file(path)
+    except (FileNotFoundError, IsADirectoryError):
+        return None
+
+
+def _copy_pytest_config(sandbox: Sandbox, wd: str) -> str:
+    """Copy the file pytest takes its configuration from in `wd` (before the patch) into the grader's directory;
+    return the copy's path, or an empty `pytest.ini` where there is none (so that one the patch adds is not read)."""
+    for name, section in harness.CONFIG_FILES:
+        text = _read(sandbox, f"{wd}/{name}")
+        if text is not None and (section is None or section.search(text.decode("utf-8", "replace"))):
+            sandbox.write_file(f"{PYTEST_CONFIG_DIR}/{name}", text)
+            return f"{PYTEST_CONFIG_DIR}/{name}"
+    sandbox.write_file(f"{PYTEST_CONFIG_DIR}/pytest.ini", "")
+    return f"{PYTEST_CONFIG_DIR}/pytest.ini"

@@ -51,10 +51,13 @@ def pytest_report_args(report_path: str) -> list[str]:
     return ["-p", PLUGIN_MODULE, f"--patchgym-report={report_path}"]
 
 
-def installed_plugins(sandbox, cwd: str) -> list[str]:
+def installed_plugins(sandbox, cwd: str, prelude: str = "") -> list[str]:
     """The pytest plugins installed in `sandbox` (entry point names): list them before a patch is applied,
-    so that a plugin the patch registers (a `*.dist-info` of its own) is never among them."""
-    result = sandbox.exec(["python", "-c", _LIST_PLUGINS], cwd=cwd, timeout=120)
+    so that a plugin the patch registers (a `*.dist-info` of its own) is never among them. `prelude`: shell lines
+    that activate the environment the tests run in (an imported row's conda env or venv)."""
+    command = (["bash", "-c", f"{prelude}\nexec python -c {shlex.quote(_LIST_PLUGINS)}"] if prelude
+               else ["python", "-c", _LIST_PLUGINS])
+    result = sandbox.exec(command, cwd=cwd, timeout=120)
     lines = result.output.strip().splitlines()
     if not result.ok or not lines:
         raise SandboxError(f"grader: listing the installed pytest plugins failed: {result.output[-2000:]}")
