@@ -29,7 +29,7 @@ def test_empty_patch_is_an_honest_failure(grade):
 
 def test_patch_that_does_not_apply_is_an_apply_error(grade, make_diff):
     g = grade(make_diff({"calc/ops.py": "something else\n"}, {"calc/ops.py": "changed\n"}))
-    assert not g.resolved and g.error == "apply"
+    assert not g.resolved and g.error == "apply_failed"
     assert "does not apply" in g.error_detail
 
 

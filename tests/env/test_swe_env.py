@@ -63,3 +63,45 @@ def test_a_deleted_git_still_gives_the_workspace_diff_which_grades(env, tiny_tas
     patch = env.patch(1_000_000)
     assert "+    return left_operand + right_operand" in patch
     assert grade_patch(tiny_task, patch, env.config).resolved
+
+
+HIDDEN_FILE = "test_hidden_zq7e1c.py"
+
+
+@pytest.fixture(scope="module")
+def r2e_layout_image(ready_backend, base_image):
+    """The base image with R2E-Gym's hidden tests in /r2e_tests, built with docker (the local backend runs only
+    patchgym's own image layers, so this is a docker-only test)."""
+    import subprocess
+
+    from patchgym.sandbox import images
+
+    ready_backend("docker")
+    tag = "pg-grading-r2e-layout:test"
+    dockerfile = (f"FROM {images.ensure_docker_image(base_image)}\n"
+                  "RUN mkdir -p /r2e_tests && printf 'def test_hidden():\\n    assert \"zq-r2e-hidden-7e1c\"\\n' "
+                  f"> /r2e_tests/{HIDDEN_FILE}\n")
+    subprocess.run(["docker", "build", "-q", "-t", tag, "-"], input=dockerfile, text=True, check=True,
+                   capture_output=True)
+    yield tag
+    subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
+
+
+def test_hidden_paths_are_gone_from_the_agents_sandbox_but_there_when_grading(r2e_layout_image, tiny_task):
+    from patchgym.env.grading.grader import grade_patch
+
+    task = tiny_task.model_copy(update={"image": r2e_layout_image, "hidden_paths": ["/r2e_tests"]})
+    with SWEEnv(SandboxConfig(backend="docker")) as env:
+        env.reset(task)
+        # the line is spelled in two halves, so that no command line holds it whole
+        found = env.sandbox.exec(f"find / -xdev -name {HIDDEN_FILE} 2>/dev/null; grep -rIl 'zq-r2e-hidden-'\"7e1c\" "
+                                 "/etc /opt /root /srv /testbed /tmp /home /usr /var /r2e_tests 2>/dev/null", timeout=300)
+        assert found.output.strip() == "", found.output
+        assert env.sandbox.exec(f"test -e /r2e_tests/{HIDDEN_FILE}").exit_code == 1
+    script = ("#!/bin/bash\nset -uxo pipefail\ncd /testbed\ncp -r /r2e_tests r2e\n: '>>>>> Start Test Output'\n"
+              f"python -m pytest -rA -p no:cacheprovider r2e/{HIDDEN_FILE}\n: '>>>>> End Test Output'\n")
+    row = task.model_copy(update={"source": "r2egym", "eval_script": script, "log_parser": "pytest",
+                                  "FAIL_TO_PASS": [f"r2e/{HIDDEN_FILE}::test_hidden"], "PASS_TO_PASS": [],
+                                  "test_patch": ""})
+    g = grade_patch(row, "", SandboxConfig(backend="docker"), timeout=120)
+    assert g.resolved, f"the grading sandbox must start from the image, hidden tests included: {g}"
