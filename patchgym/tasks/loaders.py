@@ -35,7 +35,7 @@ def import_tasks(fmt: str, source: str, *, exclude_repos_of: str | None = None) 
     """Convert every row of `source`; bad rows become errors and the valid ones are kept."""
     if fmt not in FORMATS:
         raise TaskError(_unknown_format(fmt))
-    result, seen, converted = ImportResult([], []), {}, []
+    result, seen, converted, errors = ImportResult([], []), {}, [], []
     for number, row in _rows(source):
         try:
             if isinstance(row, TaskError):
@@ -46,13 +46,14 @@ def import_tasks(fmt: str, source: str, *, exclude_repos_of: str | None = None) 
             seen[task.instance_id] = number
             converted.append((number, task))
         except TaskError as exc:
-            result.errors += [f"{source}:{number}: {line}" for line in str(exc).splitlines()]
+            errors += [(number, line) for line in str(exc).splitlines()]
     fields = [task.model_dump() for _, task in converted]
     for (number, task), spec in zip(converted, derive_specs(fmt, fields)):
         if isinstance(spec, TaskError):
-            result.errors.append(f"{source}:{number}: {spec}")
+            errors.append((number, str(spec)))
         else:
             result.tasks.append(task.model_copy(update=spec))
+    result.errors = [f"{source}:{number}: {line}" for number, line in sorted(errors, key=lambda e: e[0])]
     if exclude_repos_of:
         result.tasks, result.dropped = exclude_repos(result.tasks, read_tasks(exclude_repos_of))
     return result

@@ -5,8 +5,9 @@ dataset's own harness derives it.
   test command's exit code. Needs the extra: pip install 'patchgym[swebench]'.
 - swebench-classic, swegym, rebench: swebench 4.1.0's own code in its cached venv (harness_venv.py) writes a
   v5-shaped row, which then goes through the v5 path like any v5 row.
-- smith: the repo profile's test command and test files from swesmith (same venv); the script is SWE-smith's eval.sh
-  with the checkout its harness does first (see smith_eval_script).
+- smith: the repo profile's image, test command and test files from swesmith (same venv); the script is SWE-smith's
+  eval.sh with the checkout its harness does first (see smith_eval_script). The agent's sandbox must start on the
+  instance's branch (`git checkout <instance_id>`), as SWE-smith's harness does before anything else.
 - r2egym: the image's run_tests.sh over /r2e_tests, as R2E-Gym's DockerRuntime runs it.
 Every script prints SWE-bench's `>>>>> Start/End Test Output` markers around the test command's output and the
 command's exit code after the end marker, so the grader can slice any family's log the same way.
@@ -93,11 +94,13 @@ def classic_row(fields: dict) -> dict:
 
 def derive_specs(fmt: str, rows: list[dict]) -> list[Spec | TaskError]:
     """Each converted row's spec fields, or the TaskError that refuses it (`field <name>: why`)."""
+    if fmt in ("swebench", "swebench-classic", "swegym", "rebench") and rows:
+        swebench_v5()  # a missing extra stops the import, with the pip line, before any row is tried
     if fmt == "swebench":
         return [_guard(v5_spec, row) for row in rows]
     if fmt == "r2egym":
-        return [dict(eval_script=r2e_eval_script(), hidden_paths=list(R2E_HIDDEN), log_parser="r2egym")
-                for _ in rows]
+        return [dict(eval_script=r2e_eval_script(), hidden_paths=list(R2E_HIDDEN), log_parser="r2egym",
+                     eval_type="pass_and_fail") for _ in rows]
     if fmt in ("swebench-classic", "swegym", "rebench"):
         return _via_classic_harness(fmt, rows)
     if fmt == "smith":
@@ -143,8 +146,9 @@ def _via_swesmith(rows: list[dict]) -> list[Spec | TaskError]:
             results.append(TaskError(f"no execution spec: {answer['error']}"))
             continue
         spec = answer["spec"]
+        # The image the harness runs is the profile's (rp.image_name), not the row's local image_name.
         results.append(dict(eval_script=smith_eval_script(row["instance_id"], spec["test_cmd"], spec["test_files"]),
-                            log_parser="swesmith", eval_type="pass_and_fail"))
+                            image=spec["image"], log_parser="swesmith", eval_type="pass_and_fail"))
     return results
 
 

@@ -1,8 +1,10 @@
 """official_report grades a log exactly as a direct call of swebench 5's get_logs_eval / get_eval_report does."""
 
+import sys
+
 import pytest
 
-from patchgym.env.grading.swebench_harness import official_report
+from patchgym.env.grading.swebench_harness import SwebenchMissing, official_report
 from patchgym.tasks.task import Task
 
 grading = pytest.importorskip("swebench.harness.grading")
@@ -48,3 +50,10 @@ def test_the_verdicts_are_the_expected_ones():
     verdicts = {name: official_report(TASK, text)[1:] for name, text in LOGS.items()}
     assert verdicts == {"gold": (True, True), "empty": (True, False), "partial": (True, False),
                         "forged": (False, False), "no markers": (False, False)}
+
+
+def test_without_swebench_the_error_names_the_extra(monkeypatch):
+    for name in ("swebench", "swebench.harness.grading", "swebench.harness.utils"):
+        monkeypatch.setitem(sys.modules, name, None)
+    with pytest.raises(SwebenchMissing, match=r"pip install 'patchgym\[swebench\]'"):
+        official_report(TASK, LOGS["gold"])

@@ -6,11 +6,13 @@ The classic rows' expected scripts come from swebench 4.1.0 itself, called here 
 
 import json
 import subprocess
+import sys
 
 import pytest
 
 from patchgym.tasks import harness_venv
 from patchgym.tasks.loaders import import_tasks
+from patchgym.tasks.task import TaskError
 from patchgym.tasks.specs import END, FAMILY_PARSERS, START, r2e_eval_script, smith_eval_script
 from tests.tasks.test_loaders import TEST_PATCH, r2e_row, smith_row, swebench_row, swegym_row, write_jsonl
 
@@ -106,7 +108,7 @@ def test_smith_spec_from_the_profile(tmp_path):
     unknown = row | {"repo": "swesmith/nobody__nothing.12345678", "instance_id": "nobody__nothing.12345678.x"}
     result = import_tasks("smith", write_jsonl(tmp_path / "s.jsonl", [row, unknown]))
     (task,) = result.tasks
-    assert task.log_parser == "swesmith" and task.image == row["image_name"]
+    assert task.log_parser == "swesmith" and task.image == "swebench/swesmith.x86_64.pallets_1776_click.fde47b4b"
     assert task.eval_script == smith_eval_script(row["instance_id"], "source /opt/miniconda3/bin/activate; "
                                                  "conda activate testbed; pytest --disable-warnings --color=no "
                                                  "--tb=no --verbose", ["tests/test_a.py", "tests/test_b.py"])
@@ -141,3 +143,10 @@ def test_smith_script_restores_the_removed_tests_and_records_the_exit_code(tmp_p
 def test_every_loader_parser_is_registered():
     from patchgym.env.grading import PARSERS
     assert set(FAMILY_PARSERS) <= set(PARSERS)
+
+
+def test_a_missing_swebench_extra_stops_the_import_naming_it(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "swebench", None)  # as when patchgym[swebench] is not installed
+    monkeypatch.setitem(sys.modules, "swebench.harness.utils", None)
+    with pytest.raises(TaskError, match=r"pip install 'patchgym\[swebench\]'"):
+        import_tasks("swebench-classic", write_jsonl(tmp_path / "c.jsonl", [classic_row()]))
