@@ -126,7 +126,8 @@ app.add_typer(tasks_app, name="tasks")
 
 @tasks_app.command("import")
 def tasks_import(source: str = typer.Argument(..., help="FILE.jsonl, FILE.parquet or hf:NAME[:split]"),
-                 fmt: str = typer.Option(..., "--format", "-f", help="swebench, swegym, r2egym, smith or rebench"),
+                 fmt: str = typer.Option(..., "--format", "-f", help="swebench (v5 rows), swebench-classic (SWE-bench/Lite/Verified "
+                                                 "before v5), swegym, r2egym, smith or rebench"),
                  out: Path = typer.Option(..., "--out", "-o", help="tasks JSONL to write"),
                  exclude_repos_of: Path | None = typer.Option(None, help="drop tasks whose repo is in this task file")
                  ) -> None:

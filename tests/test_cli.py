@@ -61,7 +61,9 @@ def test_smoke_fixes_a_bug_in_a_sandbox(name, backend):
 
 def test_tasks_import_keeps_good_rows_and_names_bad_ones(tmp_path):
     good = {"instance_id": "o__r-1", "repo": "o/r", "base_commit": "abc", "patch": "diff", "test_patch": "",
-            "problem_statement": "it breaks", "FAIL_TO_PASS": '["t::a"]', "PASS_TO_PASS": "[]", "version": "1.0"}
+            "problem_statement": "it breaks", "FAIL_TO_PASS": '["t::a"]', "PASS_TO_PASS": "[]", "version": "1.0",
+            "image": "o/r:1", "log_parser": "parse_log_pytest", "eval_type": "pass_and_fail",  # a SWE-bench v5 row
+            "eval_script": "#!/bin/bash\n: '>>>>> Start Test Output'\npytest -rA\n: '>>>>> End Test Output'\n"}
     bad = {**good, "instance_id": "o__r-2", "FAIL_TO_PASS": 7}
     src = tmp_path / "rows.jsonl"
     src.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")

@@ -1,6 +1,8 @@
 """Import public SWE datasets (SWE-bench, SWE-Gym, R2E-Gym, SWE-smith, SWE-rebench) into Task records.
 
 Rows come from JSONL or Parquet files, or from `hf:<name>[:split]`; a bad row becomes an error, never a crash.
+convert_row maps a row's columns to Task fields; import_tasks then adds each row's execution spec (specs.py), so every
+imported Task names its image, eval script, log parser and eval type, or the row is refused as `file:row: why`.
 """
 
 import json
@@ -14,23 +16,12 @@ from pydantic import ValidationError
 
 from patchgym.tasks.decontaminate import exclude_repos
 from patchgym.tasks.diffs import reverse_patch
+from patchgym.tasks.specs import derive_specs
 from patchgym.tasks.task import Task, TaskError, read_tasks
 
-FORMATS = ("swebench", "swegym", "r2egym", "smith", "rebench")
-
-# Which parser grades which SWE-bench repository (SWE-bench's MAP_REPO_TO_PARSER_PY); others use "pytest".
-REPO_PARSERS = {
-    "astropy/astropy": "pytest_v2",
-    "django/django": "django",
-    "matplotlib/matplotlib": "matplotlib",
-    "mwaskom/seaborn": "seaborn",
-    "psf/requests": "pytest_options",
-    "pydicom/pydicom": "pytest_options",
-    "pylint-dev/pylint": "pytest_options",
-    "scikit-learn/scikit-learn": "pytest_v2",
-    "sphinx-doc/sphinx": "pytest_v2",
-    "sympy/sympy": "sympy",
-}
+# swebench: SWE-bench v5 rows (they carry eval_script, image, log_parser, eval_type); swebench-classic: SWE-bench,
+# Lite and Verified rows from before v5.
+FORMATS = ("swebench", "swebench-classic", "swegym", "r2egym", "smith", "rebench")
 
 
 @dataclass
@@ -44,7 +35,7 @@ def import_tasks(fmt: str, source: str, *, exclude_repos_of: str | None = None) 
     """Convert every row of `source`; bad rows become errors and the valid ones are kept."""
     if fmt not in FORMATS:
         raise TaskError(_unknown_format(fmt))
-    result, seen = ImportResult([], []), {}
+    result, seen, converted, errors = ImportResult([], []), {}, [], []
     for number, row in _rows(source):
         try:
             if isinstance(row, TaskError):
@@ -53,9 +44,16 @@ def import_tasks(fmt: str, source: str, *, exclude_repos_of: str | None = None) 
             if task.instance_id in seen:
                 raise _field_error("instance_id", f"{task.instance_id!r} already on row {seen[task.instance_id]}")
             seen[task.instance_id] = number
-            result.tasks.append(task)
+            converted.append((number, task))
         except TaskError as exc:
-            result.errors += [f"{source}:{number}: {line}" for line in str(exc).splitlines()]
+            errors += [(number, line) for line in str(exc).splitlines()]
+    fields = [task.model_dump() for _, task in converted]
+    for (number, task), spec in zip(converted, derive_specs(fmt, fields)):
+        if isinstance(spec, TaskError):
+            errors.append((number, str(spec)))
+        else:
+            result.tasks.append(task.model_copy(update=spec))
+    result.errors = [f"{source}:{number}: {line}" for number, line in sorted(errors, key=lambda e: e[0])]
     if exclude_repos_of:
         result.tasks, result.dropped = exclude_repos(result.tasks, read_tasks(exclude_repos_of))
     return result
@@ -143,7 +141,7 @@ def _hf_rows(spec: str) -> Iterator[tuple[int, dict]]:
 # --- converting rows ----------------------------------------------------------------------------------------------
 
 def convert_row(fmt: str, row: dict) -> Task:
-    """One dataset row as a Task; TaskError lines read `field <name>: <problem>`."""
+    """One dataset row's columns as a Task, before its execution spec; TaskError lines read `field <name>: <problem>`."""
     if fmt not in _CONVERTERS:
         raise TaskError(_unknown_format(fmt))
     fields = _CONVERTERS[fmt](row)
@@ -155,7 +153,7 @@ def convert_row(fmt: str, row: dict) -> Task:
                                   for e in exc.errors(include_url=False))) from None
 
 
-def _swebench_shaped(row: dict, source: str, default_image: Callable[[str], str]) -> dict:
+def _swebench_shaped(row: dict, source: str, default_image: Callable[[str], str] = lambda iid: "") -> dict:
     instance_id = _text(row, "instance_id", required=True)
     version = row.get("version")
     return dict(
@@ -166,15 +164,14 @@ def _swebench_shaped(row: dict, source: str, default_image: Callable[[str], str]
         version=str(version) if isinstance(version, int | float) else _text(row, "version"),
         base_commit=_text(row, "base_commit", required=True), patch=_text(row, "patch", required=True),
         test_patch=_text(row, "test_patch"), image=_row_image(row) or default_image(instance_id),
-        eval_script=_text(row, "eval_script"),
-        log_parser=_text(row, "log_parser") or REPO_PARSERS.get(_text(row, "repo"), "pytest"),
+        eval_script=_text(row, "eval_script"), log_parser=_text(row, "log_parser"), eval_type=_text(row, "eval_type"),
         hints_text=_text(row, "hints_text"), created_at=_text(row, "created_at"),
         difficulty=_text(row, "difficulty"), source=source)
 
 
 def _swebench(row: dict) -> dict:
-    # The image the SWE-bench harness builds locally; Docker names are lower case.
-    return _swebench_shaped(row, "swebench", lambda iid: f"sweb.eval.x86_64.{iid.lower()}:latest")
+    """A v5 row names its image; a classic one gets swebench 4.1.0's published name (specs.py)."""
+    return _swebench_shaped(row, "swebench")
 
 
 def _swegym(row: dict) -> dict:
@@ -184,7 +181,7 @@ def _swegym(row: dict) -> dict:
 
 
 def _rebench(row: dict) -> dict:
-    fields = _swebench_shaped(row, "rebench", lambda iid: f"sweb.eval.x86_64.{iid.lower()}:latest")
+    fields = _swebench_shaped(row, "rebench")
     fields["install_config"] = _decoded(row, "install_config", dict, "a JSON object", required=False) or None
     return fields
 
@@ -226,7 +223,7 @@ def _r2egym(row: dict) -> dict:
         log_parser="r2egym", source="r2egym")
 
 
-_CONVERTERS = {"swebench": _swebench, "swegym": _swegym, "r2egym": _r2egym, "smith": _smith, "rebench": _rebench}
+_CONVERTERS = {"swebench": _swebench, "swebench-classic": _swebench, "swegym": _swegym, "r2egym": _r2egym, "smith": _smith, "rebench": _rebench}
 
 
 # --- R2E-Gym ------------------------------------------------------------------------------------------------------

@@ -1,4 +1,8 @@
-"""Importing dataset rows (JSONL, Parquet) into Tasks: mappings, row errors, R2E-Gym leaks, SWE-smith reversal."""
+"""Importing dataset rows (JSONL, Parquet) into Tasks: mappings, row errors, R2E-Gym leaks, SWE-smith reversal.
+
+Rows that import_tasks keeps also get their execution spec (tests/tasks/test_specs.py checks those), so the rows of
+each format here name a repo and version that the official spec tables and profiles know.
+"""
 
 import json
 import os
@@ -24,9 +28,21 @@ index 1c2f4a1..9e0d7b2 100644
 """
 
 
+TEST_PATCH = """\
+diff --git a/astropy/units/tests/test_q.py b/astropy/units/tests/test_q.py
+--- a/astropy/units/tests/test_q.py
++++ b/astropy/units/tests/test_q.py
+@@ -1,1 +1,2 @@
+ import astropy
++def test_to_value(): pass
+"""
+V5_SCRIPT = ("#!/bin/bash\nset -uxo pipefail\ncd /testbed\n: '>>>>> Start Test Output'\npytest -rA t.py\n"
+             ": '>>>>> End Test Output'\n")
+
+
 def swebench_row(n: int = 1) -> dict:
     return {"instance_id": f"astropy__astropy-{n}", "repo": "astropy/astropy", "base_commit": "3cedd79e",
-            "patch": FIX, "test_patch": "diff --git a/astropy/units/tests/test_q.py b/astropy/units/tests/test_q.py\n",
+            "patch": FIX, "test_patch": TEST_PATCH,
             "problem_statement": "Quantity.to_value ignores the unit's scale.", "hints_text": "",
             "created_at": "2023-01-05T10:00:00Z", "version": "5.1", "environment_setup_commit": "cdf311e0",
             "FAIL_TO_PASS": json.dumps(["astropy/units/tests/test_q.py::test_to_value"]),
@@ -40,20 +56,32 @@ def swegym_row() -> dict:
     return row
 
 
+def v5_row(n: int = 1) -> dict:
+    return swebench_row(n) | {"image": f"swebench/sweb.eval.x86_64.astropy_1776_astropy-{n}:latest",
+                              "eval_script": V5_SCRIPT, "log_parser": "parse_log_pytest_v2",
+                              "eval_type": "pass_and_fail"}
+
+
+def swegym_row_in_table() -> dict:
+    """SWE-Gym's schema with a repo swebench 4.1.0's spec table has (its own repos, like moto, are not there)."""
+    return swegym_row() | {"instance_id": "pydicom__pydicom-1", "repo": "pydicom/pydicom", "version": "2.1"}
+
+
 def rebench_row() -> dict:
     return swebench_row() | {"instance_id": "pallets__click-2800", "repo": "pallets/click",
+                             "docker_image": "swerebench/sweb.eval.x86_64.pallets_1776_click-2800",
                              "install_config": {"python": "3.11", "install": "pip install -e .",
-                                                "test_cmd": "pytest -rA"}}
+                                                "test_cmd": "pytest -rA", "log_parser": "parse_log_pytest"}}
 
 
 def smith_row() -> dict:
     bug = FIX.replace("-        return self.value * unit\n+        return self.value * self.unit.to(unit)",
                       "-        return self.value * self.unit.to(unit)\n+        return self.value * unit")
     bug = bug.replace("index 1c2f4a1..9e0d7b2", "index 9e0d7b2..1c2f4a1")
-    return {"instance_id": "astropy__astropy.3cedd79e.func_pm_op_swap__k2",
-            "repo": "swesmith/astropy__astropy.3cedd79e",
+    return {"instance_id": "pallets__click.fde47b4b.func_pm_op_swap__k2",
+            "repo": "swesmith/pallets__click.fde47b4b",
             "patch": bug, "FAIL_TO_PASS": ["astropy/units/tests/test_q.py::test_to_value"], "PASS_TO_PASS": ["t::a"],
-            "created_at": "2025-03-01", "image_name": "swesmith.x86_64.astropy__astropy.3cedd79e",
+            "created_at": "2025-03-01", "image_name": "swesmith.x86_64.pallets__click.fde47b4b",
             "base_commit": "77aa0b1c", "problem_statement": "to_value returns values in the wrong unit."}
 
 
@@ -112,7 +140,9 @@ def r2e_row() -> dict:
                                  "Expected: a clear error when the bound is below one."}
 
 
-ROWS = {"swebench": swebench_row, "swegym": swegym_row, "r2egym": r2e_row, "smith": smith_row, "rebench": rebench_row}
+ROWS = {"swebench": v5_row, "swebench-classic": swebench_row, "swegym": swegym_row_in_table, "r2egym": r2e_row,
+        "smith": smith_row, "rebench": rebench_row}
+SPEC_FIELDS = {"image", "eval_script", "log_parser", "eval_type", "hidden_paths"}
 
 
 def write_jsonl(path, rows: list) -> str:
@@ -136,14 +166,16 @@ def test_each_format_imports_from_jsonl_and_parquet(tmp_path, fmt, suffix):
     result = import_tasks(fmt, writer(tmp_path / f"rows.{suffix}", [ROWS[fmt]()]))
     assert result.errors == []
     [task] = result.tasks
-    assert task == convert_row(fmt, ROWS[fmt]()) and task.source == fmt and task.FAIL_TO_PASS
+    converted = convert_row(fmt, ROWS[fmt]())
+    assert task.model_dump(exclude=SPEC_FIELDS) == converted.model_dump(exclude=SPEC_FIELDS) and task.FAIL_TO_PASS
+    assert task.source == fmt.removesuffix("-classic") and task.eval_script and task.log_parser
 
 
 def test_swebench_rows_as_is_with_the_harness_image():
-    task = convert_row("swebench", swebench_row())
+    task = convert_row("swebench-classic", swebench_row())
     assert task.FAIL_TO_PASS == ["astropy/units/tests/test_q.py::test_to_value"]
     assert (task.patch, task.version, task.difficulty, task.base_commit) == (FIX, "5.1", "<15 min fix", "3cedd79e")
-    assert task.image == "sweb.eval.x86_64.astropy__astropy-1:latest"
+    assert task.image == ""  # the spec names it (swebench 4.1.0's instance_image_key)
     assert convert_row("swebench", swebench_row() | {"image": "mine:1"}).image == "mine:1"
     assert convert_row("swegym", swegym_row()).image == "xingyaoww/sweb.eval.x86_64.getmoto_s_moto-7365:latest"
 
@@ -159,7 +191,7 @@ def test_malformed_rows_are_errors_and_valid_rows_are_kept(tmp_path):
     rows = [swebench_row(1), missing, swebench_row(3) | {"FAIL_TO_PASS": 7}, "{broken json",
             swebench_row(5) | {"FAIL_TO_PASS": "[]"}, swebench_row(6), swebench_row(6), "[1, 2]"]
     source = write_jsonl(tmp_path / "swe.jsonl", rows)
-    result = import_tasks("swebench", source)
+    result = import_tasks("swebench-classic", source)
     assert [t.instance_id for t in result.tasks] == ["astropy__astropy-1", "astropy__astropy-6"]
     assert result.errors == [
         f"{source}:2: field problem_statement: missing",
@@ -171,7 +203,7 @@ def test_malformed_rows_are_errors_and_valid_rows_are_kept(tmp_path):
 
 
 def test_parquet_row_errors_name_the_row(tmp_path):
-    rows = [swegym_row(), swegym_row() | {"instance_id": "x__y-2", "repo": None}]
+    rows = [swegym_row_in_table(), swegym_row_in_table() | {"instance_id": "x__y-2", "repo": None}]
     source = write_parquet(tmp_path / "gym.parquet", rows)
     result = import_tasks("swegym", source)
     assert len(result.tasks) == 1
@@ -221,7 +253,7 @@ def test_r2egym_malformed_commit_is_a_field_error():
 def test_smith_fix_is_the_reverse_of_the_bug():
     task = convert_row("smith", smith_row())
     assert task.bug_patch == smith_row()["patch"] and task.patch == FIX
-    assert task.image == "swesmith.x86_64.astropy__astropy.3cedd79e" and task.test_patch == ""
+    assert task.image == "swesmith.x86_64.pallets__click.fde47b4b" and task.test_patch == ""
 
 
 def git(repo, *args, input=None) -> str:
@@ -299,17 +331,17 @@ def test_exclude_repos_drops_eval_repos(tmp_path):
     assert [t.instance_id for t in kept] == ["3", "5"] and [t.instance_id for t in dropped] == ["1", "2", "4"]
     eval_file = tmp_path / "eval.jsonl"
     write_tasks([convert_row("swebench", swebench_row())], eval_file)
-    source = write_jsonl(tmp_path / "gym.jsonl", [swegym_row(), swebench_row(9)])
+    source = write_jsonl(tmp_path / "gym.jsonl", [swegym_row_in_table(), swebench_row(9)])
     result = import_tasks("swegym", source, exclude_repos_of=str(eval_file))
-    assert [t.repo for t in result.tasks] == ["getmoto/moto"]
+    assert [t.repo for t in result.tasks] == ["pydicom/pydicom"]
     assert [t.repo for t in result.dropped] == ["astropy/astropy"]
 
 
 def test_unknown_format_lists_the_formats(tmp_path):
     for call in (lambda: import_tasks("swe-bench", write_jsonl(tmp_path / "a.jsonl", [])),
                  lambda: convert_row("swe-bench", {})):
-        with pytest.raises(TaskError, match="unknown dataset format 'swe-bench': choose one of swebench, swegym, "
-                                             "r2egym, smith, rebench"):
+        with pytest.raises(TaskError, match="unknown dataset format 'swe-bench': choose one of swebench, "
+                                             "swebench-classic, swegym, r2egym, smith, rebench"):
             call()
 
 
@@ -333,21 +365,10 @@ def test_hf_source_without_datasets_is_a_clear_error(monkeypatch):
 
 
 def test_task_rows_for_the_cli_table():
-    tasks = [convert_row("swebench", swebench_row()), convert_row("swegym", swegym_row())]
-    built = {"sweb.eval.x86_64.astropy__astropy-1:latest"}
+    tasks = [convert_row("swebench", v5_row()), convert_row("swegym", swegym_row())]
+    built = {"swebench/sweb.eval.x86_64.astropy_1776_astropy-1:latest"}
     assert task_rows(tasks, built.__contains__) == [
         ("astropy__astropy-1", "astropy/astropy", 1, 1, "yes"), ("getmoto__moto-7365", "getmoto/moto", 1, 0, "no")]
-
-
-def test_swebench_rows_get_their_repos_log_parser():
-    from patchgym.env.grading import PARSERS
-
-    row = {"instance_id": "django__django-1", "repo": "django/django", "base_commit": "a", "patch": "p",
-           "problem_statement": "s", "FAIL_TO_PASS": ["t (m.C)"], "PASS_TO_PASS": []}
-    assert convert_row("swebench", row).log_parser == "django"
-    assert convert_row("swebench", {**row, "repo": "pallets/flask"}).log_parser == "pytest"
-    assert convert_row("swebench", {**row, "log_parser": "sympy"}).log_parser == "sympy"
-    assert convert_row("swebench", row).log_parser in PARSERS
 
 
 def test_a_parquet_file_damaged_past_its_first_rows_is_a_task_error(tmp_path):

@@ -19,12 +19,28 @@ register_parser = registrar(PARSERS)
 
 
 def parse_log(log: str, parser: str = "pytest") -> dict[str, str]:
-    """Map each test id in `log` to PASSED, FAILED, SKIPPED, ERROR or XFAIL, using the parser named `parser`."""
+    """Map each test id in `log` to PASSED, FAILED, SKIPPED, ERROR or XFAIL, using the parser named `parser`.
+
+    A `parse_log_*` name is one of swebench 5's own parsers (SWE-bench v5 rows name them), run as swebench runs it;
+    the few that read their TestSpec (some JavaScript repos) need swebench_harness.official_report instead.
+    """
+    if parser in PARSERS:
+        return PARSERS[parser](log)
+    if parser.startswith("parse_log_"):
+        return swebench_parser(parser)(log, None)
+    raise ValueError(f"unknown log parser {parser!r}; known parsers: {', '.join(sorted(PARSERS))} "
+                     "and swebench's parse_log_* names")
+
+
+def swebench_parser(name: str) -> Callable:
+    """swebench 5's parser registered under `name`; a ValueError names the extra when swebench is missing."""
     try:
-        fn = PARSERS[parser]
-    except KeyError:
-        raise ValueError(f"unknown log parser {parser!r}; known parsers: {', '.join(sorted(PARSERS))}") from None
-    return fn(log)
+        from swebench.harness.log_parsers import PARSER_REGISTRY
+    except ImportError:
+        raise ValueError(f"log parser {name!r} is swebench's: pip install 'patchgym[swebench]'") from None
+    if name not in PARSER_REGISTRY:
+        raise ValueError(f"unknown log parser {name!r}: not in swebench's PARSER_REGISTRY")
+    return PARSER_REGISTRY[name]
 
 
 # -- pytest's `-rA` short summary ------------------------------------------------------------------

@@ -1,0 +1,40 @@
+"""A test log graded exactly as swebench 5 grades it: its make_test_spec, get_logs_eval and get_eval_report.
+
+For SWE-bench-family rows (v5 rows and the classic / SWE-Gym / SWE-rebench rows converted to v5 shape at import)
+this is the official verdict; the grader compares its own with it. Needs the extra: pip install 'patchgym[swebench]'.
+"""
+
+import tempfile
+
+from patchgym.errors import UserError
+from patchgym.tasks.task import Task
+
+
+class SwebenchMissing(UserError):
+    """swebench 5 is not installed."""
+
+
+def official_report(task: Task, log: str) -> tuple[dict[str, str], bool, bool]:
+    """(status map, tests found in the log, resolved) for `log`, the output of `task.eval_script` after a patch.
+
+    `found` is get_logs_eval's second value: False when the log holds a failure marker, no test-output markers, no
+    sign that tests ran, or an exit code that contradicts an all-pass log. The report is get_eval_report's for a
+    non-empty patch (the caller decides what an empty one means).
+    """
+    try:
+        from swebench.harness.grading import get_eval_report, get_logs_eval
+        from swebench.harness.utils import make_test_spec
+    except ImportError:
+        raise SwebenchMissing("grading SWE-bench rows as swebench does needs it: pip install 'patchgym[swebench]'"
+                              ) from None
+    spec = make_test_spec({"instance_id": task.instance_id, "image": task.image, "repo": task.repo,
+                           "version": task.version, "FAIL_TO_PASS": task.FAIL_TO_PASS,
+                           "PASS_TO_PASS": task.PASS_TO_PASS, "log_parser": task.log_parser,
+                           "eval_type": task.eval_type or "pass_and_fail", "eval_script": task.eval_script})
+    with tempfile.NamedTemporaryFile("w", suffix=".log", encoding="utf-8") as f:
+        f.write(log)
+        f.flush()
+        status_map, found = get_logs_eval(spec, f.name)
+        prediction = {"instance_id": task.instance_id, "model_name_or_path": "patchgym", "model_patch": "patch"}
+        report = get_eval_report(spec, prediction, f.name, include_tests_status=False)
+    return status_map, found, bool(report[task.instance_id]["resolved"])
