@@ -23,7 +23,7 @@ import secrets
 import shlex
 import time
 
-from patchgym.env.grading import harness, parsers, report
+from patchgym.env.grading import harness, parsers, report, swebench_harness
 from patchgym.env.grading.grade import Grade
 from patchgym.env.workspace import PatchApplyError, apply_patch
 from patchgym.sandbox import Sandbox, SandboxConfig, SandboxError, open_sandbox
@@ -191,7 +191,8 @@ def _grade_imported(sandbox: Sandbox, task: Task, patch: str, timeout: float) ->
     if log is None:
         return grade.model_copy(update={"error": "no_tests_ran", "error_detail": "the eval script never printed "
                                         f"its test output markers; log tail:\n{run.output[-2000:]}"})
-    statuses, _, _ = harness.harness_report(task, log)
+    official = swebench_harness.is_swebench_parser(task.log_parser)
+    statuses, _, _ = (swebench_harness.official_report if official else harness.harness_report)(task, log)
     code = harness.test_exit_code(log)
     grade.exit_code = run.exit_code if code is None else code
     if pytest_row:
@@ -208,7 +209,8 @@ def _grade_imported(sandbox: Sandbox, task: Task, patch: str, timeout: float) ->
         return grade.model_copy(update={"error": "no_tests_ran", "error_detail": "no test results in the marked "
                                         f"output; log tail:\n{log[-2000:]}"})
     return grade.model_copy(update={
-        "resolved": harness.harness_resolved(task, statuses), "tests": statuses,
+        "resolved": (swebench_harness.official_resolved if official else harness.harness_resolved)(task, statuses),
+        "tests": statuses,
         "f2p": {t: statuses.get(t, "MISSING") for t in task.FAIL_TO_PASS},
         "p2p": {t: statuses.get(t, "MISSING") for t in task.PASS_TO_PASS}})
 

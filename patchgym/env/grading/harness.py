@@ -21,7 +21,9 @@ TEST_EXIT_CODE = re.compile(r">>>>> Test Exit Code:\s*(-?\d+)")
 NONCE_VAR = "__patchgym_nonce"
 # The parsers of rows whose tests pytest runs (the swebench parsers of pytest's `-rA` output): their verdict is
 # pytest's structured report, the log only cross-checks it.
-PYTEST_PARSERS = frozenset({"pytest", "pytest_options", "pytest_v2", "matplotlib", "seaborn"})
+PYTEST_PARSERS = frozenset({"pytest", "pytest_options", "pytest_v2", "matplotlib", "seaborn", "r2egym", "swesmith",
+                            *(f"parse_log_{name}" for name in ("pytest", "pytest_options", "pytest_v2",
+                                                                "matplotlib", "seaborn"))})
 # Where pytest finds its configuration, in the order pytest 9 tries the names in one directory, with the section
 # that makes a file count (None: the file counts as it is) -- `_pytest/config/findpaths.py`.
 CONFIG_FILES = (("pytest.toml", None), (".pytest.toml", None), ("pytest.ini", None), (".pytest.ini", None),
@@ -138,7 +140,11 @@ def harness_resolved(task: Task, statuses: dict[str, str]) -> bool:
 def as_logged(task: Task, report: dict[str, str]) -> dict[str, str]:
     """pytest's structured report under the ids the row's log parser gives (its renaming rules and quirks): each
     result written as a short-summary line and read back by that parser."""
-    return parsers.parse_log("\n".join(f"{status} {nodeid}" for nodeid, status in report.items()), task.log_parser)
+    if task.log_parser == "swesmith":  # `pytest --verbose` lines
+        lines = [f"{nodeid} {status}" for nodeid, status in report.items()]
+    else:  # `pytest -rA`'s short summary, which R2E-Gym's parser reads only after its header
+        lines = ["=== short test summary info ===", *(f"{status} {nodeid}" for nodeid, status in report.items())]
+    return parsers.parse_log("\n".join(lines), task.log_parser)
 
 
 def disagreement(logged: dict[str, str], reported: dict[str, str]) -> dict[str, list[str]]:

@@ -14,6 +14,32 @@ class SwebenchMissing(UserError):
     """swebench 5 is not installed."""
 
 
+def _swebench():
+    try:
+        import swebench.harness.grading as grading
+        import swebench.harness.utils as utils
+    except ImportError:
+        raise SwebenchMissing("grading SWE-bench rows as swebench does needs it: pip install 'patchgym[swebench]'"
+                              ) from None
+    return grading, utils
+
+
+def is_swebench_parser(name: str) -> bool:
+    """Rows whose log parser is one of swebench's own (`parse_log_*`) are graded by swebench's code."""
+    return name.startswith("parse_log_")
+
+
+def official_resolved(task: Task, statuses: dict[str, str]) -> bool:
+    """Whether `statuses` resolve `task` by swebench 5's own rule (get_eval_tests_report, get_resolution_status):
+    used where the status map comes from pytest's structured report rather than from the log."""
+    grading, _ = _swebench()
+    from swebench.harness.constants import EvalType, ResolvedStatus
+
+    gold = {"instance_id": task.instance_id, "FAIL_TO_PASS": task.FAIL_TO_PASS, "PASS_TO_PASS": task.PASS_TO_PASS}
+    report = grading.get_eval_tests_report(statuses, gold, eval_type=EvalType(task.eval_type or "pass_and_fail"))
+    return grading.get_resolution_status(report) == ResolvedStatus.FULL.value
+
+
 def official_report(task: Task, log: str) -> tuple[dict[str, str], bool, bool]:
     """(status map, tests found in the log, resolved) for `log`, the output of `task.eval_script` after a patch.
 
@@ -21,12 +47,8 @@ def official_report(task: Task, log: str) -> tuple[dict[str, str], bool, bool]:
     sign that tests ran, or an exit code that contradicts an all-pass log. The report is get_eval_report's for a
     non-empty patch (the caller decides what an empty one means).
     """
-    try:
-        from swebench.harness.grading import get_eval_report, get_logs_eval
-        from swebench.harness.utils import make_test_spec
-    except ImportError:
-        raise SwebenchMissing("grading SWE-bench rows as swebench does needs it: pip install 'patchgym[swebench]'"
-                              ) from None
+    grading, utils = _swebench()
+    get_eval_report, get_logs_eval, make_test_spec = grading.get_eval_report, grading.get_logs_eval, utils.make_test_spec
     spec = make_test_spec({"instance_id": task.instance_id, "image": task.image, "repo": task.repo,
                            "version": task.version, "FAIL_TO_PASS": task.FAIL_TO_PASS,
                            "PASS_TO_PASS": task.PASS_TO_PASS, "log_parser": task.log_parser,
