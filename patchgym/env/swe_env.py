@@ -41,8 +41,8 @@ class SWEEnv:
         else:
             self.sandbox = open_sandbox(self.config.model_copy(update={"workdir": task.workdir}),
                                         image=task.image or None)
+        self._remove_hidden(task)  # before the base snapshot, so that their removal is not part of the agent's patch
         self.base_commit = prepare_workspace(self.sandbox, task)
-        self._remove_hidden(task)
         install_tools(self.sandbox)
         return task.problem_statement
 

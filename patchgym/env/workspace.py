@@ -45,9 +45,21 @@ def apply_patch(sandbox: Sandbox, patch: str, cwd: str, name: str = "patch") -> 
     raise PatchApplyError(f"{name} does not apply in {cwd}:\n" + "\n".join(errors)[-3000:])
 
 
+def check_out_start(sandbox: Sandbox, task: Task) -> None:
+    """Check out the task's start_ref in its image's repository (SWE-smith's instance branch); nothing without one."""
+    if not task.start_ref:
+        return
+    result = sandbox.exec(["git", "checkout", "-q", "-f", task.start_ref], cwd=task.workdir, timeout=300)
+    if not result.ok:
+        # The image's fault, not the agent's: an infra outcome (and `tasks validate` lists the row as broken).
+        raise SandboxError(f"task {task.instance_id}: its image has no git ref {task.start_ref!r} to start from in "
+                        f"{task.workdir}: {result.output[-500:]}")
+
+
 def prepare_workspace(sandbox: Sandbox, task: Task) -> str:
     """Turn a sandbox started from the task's image into the agent's workspace; returns the base commit."""
     wd = task.workdir
+    check_out_start(sandbox, task)
     try:
         apply_patch(sandbox, task.bug_patch, wd, "bug")
     except PatchApplyError as exc:

@@ -197,7 +197,8 @@ def _smith(row: dict) -> dict:
         problem_statement=_text(row, "problem_statement", required=True),
         FAIL_TO_PASS=_tests(row, "FAIL_TO_PASS", required=True), PASS_TO_PASS=_tests(row, "PASS_TO_PASS"),
         base_commit=_text(row, "base_commit"), image=_text(row, "image_name", required=True),
-        patch=fix, bug_patch=bug, created_at=_text(row, "created_at"), source="smith")
+        # The image holds the bug already, on a branch named after the instance (SWE-smith's harness checks it out).
+        patch=fix, start_ref=_text(row, "instance_id"), created_at=_text(row, "created_at"), source="smith")
 
 
 def _r2egym(row: dict) -> dict:

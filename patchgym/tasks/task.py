@@ -29,6 +29,8 @@ class Task(BaseModel):
     patch: str = Field("", description="the gold fix; never shown to the agent")
     test_patch: str = Field("", description="hidden test changes, applied only when grading")
     bug_patch: str = Field("", description="factory: applied to the image's clean source to make the task")
+    start_ref: str = Field("", description="git ref the image's repository is checked out at before anything else "
+                           "(SWE-smith: the instance's branch, whose tip holds the bug)")
     test_files: list[str] = Field(default_factory=list, description="files the grader owns (hidden from the agent)")
     test_cmd: str = Field("", description="command that runs the tests; '' = eval_script or the parser's default")
     eval_script: str = ""

@@ -252,7 +252,8 @@ def test_r2egym_malformed_commit_is_a_field_error():
 
 def test_smith_fix_is_the_reverse_of_the_bug():
     task = convert_row("smith", smith_row())
-    assert task.bug_patch == smith_row()["patch"] and task.patch == FIX
+    # The bug is already on the image's instance branch, which the sandbox checks out first.
+    assert task.bug_patch == "" and task.start_ref == task.instance_id and task.patch == FIX
     assert task.image == "swesmith.x86_64.pallets__click.fde47b4b" and task.test_patch == ""
 
 

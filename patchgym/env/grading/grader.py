@@ -25,7 +25,7 @@ import time
 
 from patchgym.env.grading import harness, parsers, report, swebench_harness
 from patchgym.env.grading.grade import Grade
-from patchgym.env.workspace import PatchApplyError, apply_patch
+from patchgym.env.workspace import PatchApplyError, apply_patch, check_out_start
 from patchgym.sandbox import Sandbox, SandboxConfig, SandboxError, open_sandbox
 from patchgym.sandbox.pool import PoolSet
 from patchgym.tasks import Task
@@ -159,6 +159,7 @@ def _grade_in(sandbox: Sandbox, task: Task, patch: str, timeout: float) -> Grade
 
 def _grade_imported(sandbox: Sandbox, task: Task, patch: str, timeout: float) -> Grade:
     wd = task.workdir
+    check_out_start(sandbox, task)
     apply_patch(sandbox, task.bug_patch, wd, "bug")  # a row carries none; a replica built on the base image may
     script = task.eval_script or harness.script_for(task)
     harness.check_markers(task, script)
