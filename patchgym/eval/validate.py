@@ -25,8 +25,9 @@ from patchgym.sandbox import SandboxConfig
 from patchgym.tasks import Task
 from patchgym.tasks.task import write_tasks
 
-Reason = Literal["missing_image", "infra", "tests_did_not_run", "gold_fails", "empty_resolves", "flaky"]
-REASON_TEXT = {"missing_image": "missing image", "infra": "sandbox failed", "tests_did_not_run": "tests did not run",
+Reason = Literal["missing_image", "infra", "ungradable", "tests_did_not_run", "gold_fails", "empty_resolves", "flaky"]
+REASON_TEXT = {"missing_image": "missing image", "infra": "sandbox failed", "ungradable": "grader refused the row",
+               "tests_did_not_run": "tests did not run",
                "gold_fails": "gold patch fails", "empty_resolves": "empty patch resolves", "flaky": "flaky"}
 Grader = Callable[[Task, str], Grade]
 
@@ -45,19 +46,24 @@ class Check(BaseModel):
 
 
 def check_task(task: Task, grade: Grader, runs: int = 2) -> Check:
-    """Grade `task`'s gold and empty patches `runs` times each and say whether the row can be trusted, and why not."""
+    """Grade `task`'s gold and empty patches `runs` times each and say whether the row can be trusted, and why not.
+
+    The first grading that did not reach a verdict ends the check: the row is broken whatever the others would say.
+    """
     gold, empty = [], []
     for _ in range(runs):
-        gold.append(grade(task, task.patch))
-        if _missing_image(gold[-1]):  # nothing else can run either
-            return _broken(task, gold, empty, "missing_image", f"{task.image or 'the base image'}: "
-                           f"{gold[-1].error_detail}")
-        empty.append(grade(task, ""))
-    for name, grades in (("gold", gold), ("empty patch", empty)):
-        failed = next((g for g in grades if g.error is not None), None)
-        if failed is not None:
-            reason = "infra" if failed.error == "infra" else "tests_did_not_run"
-            return _broken(task, gold, empty, reason, f"{name}: {failed.error}: {failed.error_detail[:300]}")
+        for name, patch, grades in (("gold", task.patch, gold), ("empty patch", "", empty)):
+            try:
+                grades.append(grade(task, patch))
+            except Exception as exc:  # a row the grader cannot handle (an unknown log parser) must not end the run
+                return _broken(task, gold, empty, "ungradable", f"{name}: {type(exc).__name__}: {exc}")
+            last = grades[-1]
+            if _missing_image(last):
+                return _broken(task, gold, empty, "missing_image",
+                               f"{task.image or 'the base image'}: {last.error_detail}")
+            if last.error is not None:
+                reason = "infra" if last.error == "infra" else "tests_did_not_run"
+                return _broken(task, gold, empty, reason, f"{name}: {last.error}: {last.error_detail[:300]}")
     changed = sorted({t for grades in (gold, empty) for g in grades[1:] for t, s in _graded(g).items()
                       if s != _graded(grades[0]).get(t)})
     if changed:

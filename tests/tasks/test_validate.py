@@ -32,6 +32,7 @@ def mixed(tiny_task, tiny_sources, make_diff):
         "unknown_test": row("unknown-test", FAIL_TO_PASS=[*tiny_task.FAIL_TO_PASS, "tests/test_add.py::test_nope"]),
         "empty_resolves": row("easy", FAIL_TO_PASS=["tests/test_sub.py::test_sub"], PASS_TO_PASS=[]),
         "tests_did_not_run": row("no-tests", test_cmd="true"),
+        "ungradable": row("no-parser", log_parser="no-such-parser"),
         "flaky": row("coins", bug_patch=make_diff({}, {**buggy, "tests/test_coin.py": COINS}),
                      PASS_TO_PASS=[f"tests/test_coin.py::test_coin[{i}]" for i in range(8)]),
     }
@@ -58,12 +59,14 @@ def test_the_mixed_set_is_sorted(mixed, docker_config, tmp_path):
     assert "pg-replica-missing/sweb.eval.x86_64.none:latest" in by_id["tiny-calc.no-image"].detail
     assert by_id["tiny-calc.no-image"].gold == ["infra"] and by_id["tiny-calc.no-image"].empty == []
     assert "test_coin" in by_id["tiny-calc.coins"].detail
+    assert "unknown log parser 'no-such-parser'" in by_id["tiny-calc.no-parser"].detail
 
     kept = read_tasks(tmp_path / "tasks.jsonl")
     assert [t.instance_id for t in kept] == ["tiny-calc.good"] and kept[0].validated
     table = (tmp_path / "broken.md").read_text()
-    assert "1 valid, 6 broken, 0 not checked yet" in table
-    for reason in ("missing image", "gold patch fails", "empty patch resolves", "tests did not run", "flaky"):
+    assert "1 valid, 7 broken, 0 not checked yet" in table
+    for reason in ("missing image", "gold patch fails", "empty patch resolves", "tests did not run", "flaky",
+                   "grader refused the row"):
         assert f"| {reason} |" in table
     assert len((tmp_path / "checks.jsonl").read_text().splitlines()) == len(mixed)
 
