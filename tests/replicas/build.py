@@ -1,11 +1,13 @@
 """Replicas of the five public task families, offline: one image per family in its published layout, and rows in
 each dataset's own column schema, whose FAIL_TO_PASS / PASS_TO_PASS are what running them in the image showed.
 
-    swebench()  SWE-bench classic + v5 rows      pg-replica/swebench/sweb.eval.x86_64.marshmallow-code_1776_marshmallow-1359:latest
-    swegym()    SWE-Gym row                       pg-replica/xingyaoww/sweb.eval.x86_64.marshmallow-code_s_marshmallow-1359:latest
-    rebench()   SWE-rebench row (install_config)  pg-replica/swerebench/sweb.eval.x86_64.marshmallow-code_1776_marshmallow-1359:latest
-    r2egym()    R2E-Gym Subset row                pg-replica/namanjain12/marshmallow_final:<new commit>
-    smith()     SWE-smith row                     pg-replica/jyangballin/swesmith.x86_64.marshmallow-code_1776_marshmallow.<commit8>:latest
+    swebench()  SWE-bench classic + v5 rows   pg-replica/swebench/sweb.eval.x86_64.<id, __ as _1776_>:latest
+    swegym()    SWE-Gym row                    pg-replica/xingyaoww/sweb.eval.x86_64.<id, __ as _s_>:latest
+    rebench()   SWE-rebench (install_config)   pg-replica/swerebench/sweb.eval.x86_64.<id, __ as _1776_>:latest
+    r2egym()    R2E-Gym Subset row             pg-replica/namanjain12/marshmallow_final:<new commit>
+    smith()     SWE-smith row                  pg-replica/jyangballin/swesmith.x86_64.<owner>_1776_<repo>.<commit8>:latest
+
+with id marshmallow-code__marshmallow-1359. The rows name the images as published (without the prefix).
 
 Each returns a Replica (image tag, rows by dataset). Reruns are fast: downloads, images (by content hash) and test
 runs (by image id) are cached in PATCHGYM_REPLICA_CACHE (default ~/.cache/patchgym/replicas); PATCHGYM_REPLICA_PREFIX

@@ -16,8 +16,8 @@ from tests.replicas.project import FAIL_TO_PASS, PROBLEM, TEST_FILE, cache_dir
 from tests.replicas.swebench_family import CREATED_AT, Replica, conda_image
 
 R2E_RUN_TESTS = ".venv/bin/python -W ignore -m pytest -rA r2e_tests\n"
-R2E_INSTALL = ("python3 -m venv .venv\n"
-               ".venv/bin/python -m pip install -q --no-index --find-links /opt/wheelhouse -e . pytest pytz simplejson\n")
+R2E_INSTALL = ("python3 -m venv .venv\n.venv/bin/python -m pip install -q --no-index --find-links /opt/wheelhouse "
+               "-e . pytest pytz simplejson\n")
 SMITH_TEST_CMD = "pytest --disable-warnings --color=no --tb=no --verbose -rA tests"
 
 
@@ -95,7 +95,8 @@ def smith() -> Replica:
     if f2p != [FAIL_TO_PASS]:
         raise RuntimeError(f"{tag}: FAIL_TO_PASS observed {f2p}")
     row = {"instance_id": instance_id, "repo": f"swesmith/marshmallow-code__marshmallow.{snapshot}", "patch": bug,
-           "FAIL_TO_PASS": f2p, "PASS_TO_PASS": p2p, "created_at": CREATED_AT, "image_name": images.published(tag).removesuffix(":latest"),
+           "FAIL_TO_PASS": f2p, "PASS_TO_PASS": p2p, "created_at": CREATED_AT, 
+           "image_name": images.published(tag).removesuffix(":latest"),
            "base_commit": base_commit, "problem_statement": PROBLEM}
     return Replica(tag, {"smith": [row]})
 

@@ -93,8 +93,8 @@ def swebench() -> Replica:
     image = swebench_image(src)
     f2p, p2p = _swebench_tests(src, image)
     classic = {**_swebench_row(src, f2p, p2p), "difficulty": "<15 min fix"}
-    v5 = {**classic, "image": images.published(image), "eval_script": eval_script(src), "log_parser": "parse_log_marshmallow",
-          "eval_type": "pass_and_fail"}
+    v5 = {**classic, "image": images.published(image), "eval_script": eval_script(src),
+          "log_parser": "parse_log_marshmallow", "eval_type": "pass_and_fail"}
     return Replica(image, {"swebench": [classic], "swebench_v5": [v5]})
 
 

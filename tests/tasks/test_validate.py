@@ -44,7 +44,7 @@ def docker_config(ready_backend):
 
 
 def test_the_mixed_set_is_sorted(mixed, docker_config, tmp_path):
-    checks = validate(list(mixed.values()), tmp_path, docker_config, timeout=120, progress=False)
+    checks = validate(list(mixed.values()), tmp_path, docker_config, timeout=120, workers=2, progress=False)
     by_id = {c.instance_id: c for c in checks}
     sorted_as = {kind: by_id[task.instance_id].reason for kind, task in mixed.items()}
     assert sorted_as == {kind: None if kind == "good" else
