@@ -10,19 +10,34 @@ each dataset's own column schema, whose FAIL_TO_PASS / PASS_TO_PASS are what run
 with id marshmallow-code__marshmallow-1359. The rows name the images as published (without the prefix).
 
 Each returns a Replica (image tag, rows by dataset). Reruns are fast: downloads, images (by content hash) and test
-runs (by image id) are cached in PATCHGYM_REPLICA_CACHE (default ~/.cache/patchgym/replicas); PATCHGYM_REPLICA_PREFIX
-changes the `pg-replica` namespace. `python -m tests.replicas.build OUT` writes OUT/<dataset>.jsonl.
+runs (by image id) are cached in PATCHGYM_REPLICA_CACHE (default <patchgym store>/replicas);
+PATCHGYM_REPLICA_PREFIX changes the `pg-replica` namespace. `python -m tests.replicas.build OUT` writes
+OUT/<dataset>.jsonl (swebench, swebench_v5, swegym, rebench, r2egym, smith).
 """
 
+import functools
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
+from patchgym.files import file_lock
 from tests.replicas.layouts import r2egym, smith
 from tests.replicas.swebench_family import Replica, rebench, swebench, swegym
 
-FAMILIES = {"swebench": swebench, "swegym": swegym, "rebench": rebench, "r2egym": r2egym, "smith": smith}
 __all__ = ["FAMILIES", "Replica", "write_fixtures"]
+
+
+def _one_at_a_time(build: Callable[[], Replica]) -> Callable[[], Replica]:
+    """Builds share the cache's repositories and build contexts: two test runs on one host take turns."""
+    @functools.wraps(build)
+    def locked() -> Replica:
+        with file_lock("pg-replica-build"):
+            return build()
+    return locked
+
+
+FAMILIES = {f.__name__: _one_at_a_time(f) for f in (swebench, swegym, rebench, r2egym, smith)}
 
 
 def write_fixtures(out: Path) -> dict[str, Path]:

@@ -3,8 +3,8 @@ marshmallow-code__marshmallow-1359 (PR #1359, issue #1357): DateTime._bind_to_sc
 a List or Tuple its `schema` is the container field, so building such a schema raised AttributeError; the fix reads
 `self.root.opts`. rc9 still has the bug (3.0.0 shipped the fix).
 
-Downloads land once in the host cache (PATCHGYM_REPLICA_CACHE, default ~/.cache/patchgym/replicas) via `pip
-download`; git repositories are made on the host with fixed dates, so their commit hashes are the same every build.
+Downloads land once in the host cache (PATCHGYM_REPLICA_CACHE, default patchgym's store: /var/lib/patchgym/replicas
+as root) via `pip download`; git repositories are made on the host with fixed dates, so their commit hashes are the same every build.
 """
 
 import os
@@ -13,6 +13,8 @@ import subprocess
 import sys
 import tarfile
 from pathlib import Path
+
+from patchgym.paths import store_dir
 
 NAME, VERSION = "marshmallow", "3.0.0rc9"
 REPO = "marshmallow-code/marshmallow"
@@ -64,7 +66,7 @@ GIT_ENV = {"GIT_AUTHOR_NAME": "patchgym", "GIT_AUTHOR_EMAIL": "patchgym@localhos
 
 
 def cache_dir() -> Path:
-    path = Path(os.environ.get("PATCHGYM_REPLICA_CACHE", Path.home() / ".cache" / "patchgym" / "replicas"))
+    path = Path(os.environ.get("PATCHGYM_REPLICA_CACHE") or store_dir() / "replicas")
     path.mkdir(parents=True, exist_ok=True)
     return path
 
