@@ -5,7 +5,7 @@ each dataset's own column schema, whose FAIL_TO_PASS / PASS_TO_PASS are what run
     swegym()    SWE-Gym row                    pg-replica/xingyaoww/sweb.eval.x86_64.<id, __ as _s_>:latest
     rebench()   SWE-rebench (install_config)   pg-replica/swerebench/sweb.eval.x86_64.<id, __ as _1776_>:latest
     r2egym()    R2E-Gym Subset row             pg-replica/namanjain12/marshmallow_final:<new commit>
-    smith()     SWE-smith row                  pg-replica/jyangballin/swesmith.x86_64.<owner>_1776_<repo>.<commit8>:latest
+    smith()     SWE-smith row                  pg-replica/jyangballin/swesmith.x86_64.<owner>_1776_<repo>.<c8>:latest
 
 with id marshmallow-code__marshmallow-1359. The rows name the images as published (without the prefix).
 

@@ -4,7 +4,8 @@ a List or Tuple its `schema` is the container field, so building such a schema r
 `self.root.opts`. rc9 still has the bug (3.0.0 shipped the fix).
 
 Downloads land once in the host cache (PATCHGYM_REPLICA_CACHE, default patchgym's store: /var/lib/patchgym/replicas
-as root) via `pip download`; git repositories are made on the host with fixed dates, so their commit hashes are the same every build.
+as root) via `pip download`; git repositories are made on the host with fixed dates, so their commit hashes are the
+same every build.
 """
 
 import os
