@@ -5,7 +5,8 @@ recorded (the FAIL_TO_PASS / PASS_TO_PASS actually observed); a row is broken, w
 missing, its tests did not run, the gold patch fails (which tests), the empty patch resolves, or a test's status
 changed between runs of the same patch (flaky). This is the filter SWE-Gym and SWE-rebench users run before training.
 
-OUT/ holds checks.jsonl (one line per row, appended as each finishes, so a rerun resumes), tasks.jsonl (the valid
+OUT/ holds checks.jsonl (one line per row, appended as each finishes, so a rerun resumes: it checks again only the
+rows whose image was missing or whose sandbox failed, which a pull or a retry may fix), tasks.jsonl (the valid
 rows, `validated` set) and broken.md (the broken rows and why), both rewritten atomically every WRITE_EVERY_S seconds
 and at the end (after every row, they would cost time quadratic in the rows of a 20K-row dataset).
 """
@@ -34,6 +35,7 @@ REASON_TEXT = {"missing_image": "missing image", "infra": "sandbox failed", "ung
                "gold_fails": "gold patch fails", "empty_resolves": "empty patch resolves", "flaky": "flaky"}
 Grader = Callable[[Task, str], Grade]
 WRITE_EVERY_S = 30.0
+CHECK_AGAIN: frozenset[str] = frozenset({"missing_image", "infra"})  # the machine's faults, not the row's
 
 
 class Check(BaseModel):
@@ -92,7 +94,8 @@ def validate(tasks: list[Task], out: str | Path, config: SandboxConfig | None = 
     out.mkdir(parents=True, exist_ok=True)
     grade = grade or (lambda task, patch: grade_patch(task, patch, config, timeout=timeout))
     done = _done(out / "checks.jsonl")
-    checks = {t.instance_id: done[t.instance_id] for t in tasks if t.instance_id in done}
+    checks = {t.instance_id: done[t.instance_id] for t in tasks
+              if t.instance_id in done and done[t.instance_id].reason not in CHECK_AGAIN}
     todo = list({t.instance_id: t for t in tasks if t.instance_id not in checks}.values())
     written = time.monotonic()
     pool = ThreadPoolExecutor(max(1, workers))

@@ -70,18 +70,22 @@ def test_the_mixed_set_is_sorted(mixed, docker_config, tmp_path):
         assert f"| {reason} |" in table
     assert len((tmp_path / "checks.jsonl").read_text().splitlines()) == len(mixed)
 
-    def no_grading(task, patch):
-        raise AssertionError(f"{task.instance_id} was graded again")
+    graded = []
 
-    again = validate(list(mixed.values()), tmp_path, docker_config, progress=False, grade=no_grading)
-    assert again == checks
+    def grade(task, patch):  # a rerun checks again only the row whose image was missing: a pull may have fixed it
+        graded.append(task.instance_id)
+        return grade_patch(task, patch, docker_config, timeout=120)
+
+    again = validate(list(mixed.values()), tmp_path, docker_config, progress=False, grade=grade)
+    assert again == checks and graded == ["tiny-calc.no-image"]
+    assert len((tmp_path / "checks.jsonl").read_text().splitlines()) == len(mixed) + 1
 
 
 def test_a_run_cut_short_resumes_at_the_row_it_was_on(mixed, docker_config, tmp_path):
-    rows = [mixed["good"], mixed["missing_image"]]
+    rows = [mixed["good"], mixed["gold_fails"]]
     first = validate(rows[:1], tmp_path, docker_config, timeout=120, progress=False)
     with open(tmp_path / "checks.jsonl", "a") as f:
-        f.write('{"instance_id": "tiny-calc.no-image", "val')  # the crash cut this line short
+        f.write('{"instance_id": "tiny-calc.wrong-gold", "val')  # the crash cut this line short
     graded = []
 
     def grade(task, patch):
@@ -89,7 +93,7 @@ def test_a_run_cut_short_resumes_at_the_row_it_was_on(mixed, docker_config, tmp_
         return grade_patch(task, patch, docker_config, timeout=120)
 
     checks = validate(rows, tmp_path, docker_config, progress=False, grade=grade)
-    assert graded == ["tiny-calc.no-image"] and checks[0] == first[0] and checks[1].reason == "missing_image"
+    assert graded == ["tiny-calc.wrong-gold"] * 4 and checks[0] == first[0] and checks[1].reason == "gold_fails"
 
 
 def test_the_command_prints_the_broken_rows_and_fails_when_none_is_valid(mixed, docker_config, tmp_path):
