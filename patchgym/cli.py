@@ -164,6 +164,27 @@ def tasks_list(path: Path, files: list[Path] = ConfigFiles, overrides: list[str]
     console.print(table)
 
 
+@tasks_app.command("validate")
+def tasks_validate(tasks: Path = typer.Option(..., help="tasks JSONL"),
+                   out: Path = typer.Option(..., "--out", "-o", help="folder for tasks.jsonl (the valid rows), "
+                                                                     "broken.md and checks.jsonl; rerun to resume"),
+                   runs: int = typer.Option(2, min=1, help="gradings of each patch (two catch flaky tests)"),
+                   timeout: float = typer.Option(600.0, help="test run time limit in seconds"),
+                   workers: int = typer.Option(1, min=1, help="rows checked at once, each in its own sandboxes"),
+                   files: list[Path] = ConfigFiles, overrides: list[str] = Overrides) -> None:
+    """In each row's own image: the gold patch must resolve, the empty patch must not, the same way every run."""
+    from patchgym.eval.validate import broken_table, validate
+    from patchgym.tasks import read_tasks
+
+    config = _config(files, overrides)
+    checks = validate(read_tasks(tasks), out, config.sandbox, runs=runs, timeout=timeout, workers=workers)
+    console.print(broken_table(checks))
+    console.print(f"{sum(c.valid for c in checks)} valid tasks -> {out / 'tasks.jsonl'}; broken rows: "
+                  f"{out / 'broken.md'}")
+    if not any(c.valid for c in checks):
+        raise typer.Exit(1)
+
+
 def _find_task(tasks_path: Path, instance: str):
     from patchgym.tasks import read_tasks
 
