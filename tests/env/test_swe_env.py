@@ -56,16 +56,6 @@ def test_patch_has_every_edit_but_not_the_hidden_tests(env, tiny_task):
     assert "tests/test_add.py" not in patch, "the grader owns the hidden test file"
 
 
-def test_a_deleted_git_still_gives_the_workspace_diff_which_grades(env, tiny_task):
-    from patchgym.env.grading.grader import grade_patch
-
-    env.reset(tiny_task)
-    env.step(bash("sed -i 's/left_operand - right/left_operand + right/' calc/ops.py && rm -rf /testbed/.git"))
-    patch = env.patch(1_000_000)
-    assert "+    return left_operand + right_operand" in patch
-    assert grade_patch(tiny_task, patch, env.config).resolved
-
-
 def test_the_agent_works_as_its_user_in_a_workspace_it_owns(env, tiny_task):
     env.reset(tiny_task)
     ran = env.step(bash("id -u && echo made > made.txt && git status --porcelain && stat -c %u made.txt calc/ops.py"))
@@ -81,3 +71,13 @@ def test_a_rewritten_git_and_an_attacked_snapshot_leave_the_patch_the_workspaces
     assert attack.observation.count("Permission denied") == 2, attack.observation
     assert env.sandbox.exec(f"git --git-dir={BASE_GIT_DIR} rev-parse HEAD").output.strip() == env.base_commit
     assert "+    return left_operand + right_operand" in env.patch(1_000_000)
+
+
+def test_a_deleted_git_still_gives_the_workspace_diff_which_grades(env, tiny_task):
+    from patchgym.env.grading.grader import grade_patch
+
+    env.reset(tiny_task)
+    env.step(bash("sed -i 's/left_operand - right/left_operand + right/' calc/ops.py && rm -rf /testbed/.git"))
+    patch = env.patch(1_000_000)
+    assert "+    return left_operand + right_operand" in patch
+    assert grade_patch(tiny_task, patch, env.config).resolved

@@ -1,6 +1,8 @@
 """The agent's commands run as an unprivileged user on every backend: they end only their own processes, cannot
 signal the runner, and cannot write what root keeps; git and python work for a uid with no /etc/passwd entry."""
 
+import uuid
+
 import pytest
 
 from patchgym.sandbox import SandboxConfig, open_sandbox
@@ -84,3 +86,25 @@ def test_give_to_agent_hands_over_a_tree_and_leaves_links_alone(sb):
     assert owners[:4] == ["1000:1000 /testbed", "1000:1000 /testbed/pkg", "1000:1000 /testbed/pkg/a.py",
                           "0:0 /etc/passwd"] and owners[4] == "1000", owners
     assert agent(sb, "echo y >> pkg/a.py && mkdir pkg/new && echo ok", cwd="/testbed").output == "ok\n"
+
+
+@pytest.fixture
+def image_with_a_user(base_image):
+    """A Docker image of the base whose USER is an ordinary user, as some datasets' images are."""
+    import io
+
+    from patchgym.sandbox import images
+    from patchgym.sandbox.docker import docker_client
+
+    client = docker_client()
+    tag = f"pg-agentuser-user-image:{uuid.uuid4().hex[:8]}"
+    dockerfile = f"FROM {images.ensure_docker_image(base_image)}\nUSER 1234:1234\n"
+    client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True)
+    yield tag
+    client.images.remove(tag, force=True)
+
+
+def test_the_runner_is_root_whatever_the_images_user(ready_backend, image_with_a_user):
+    with open_sandbox(SandboxConfig(backend=ready_backend("docker"), **LIMITS), image=image_with_a_user) as sb:
+        assert sb.exec("id -u").output == "0\n"
+        assert agent(sb, "id -u").output == "1000\n"
