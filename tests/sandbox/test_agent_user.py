@@ -1,6 +1,11 @@
 """The agent's commands run as an unprivileged user on every backend: they end only their own processes, cannot
 signal the runner, and cannot write what root keeps; git and python work for a uid with no /etc/passwd entry."""
 
+import glob
+import json
+import os
+import shutil
+import subprocess
 import uuid
 
 import pytest
@@ -108,3 +113,36 @@ def test_the_runner_is_root_whatever_the_images_user(ready_backend, image_with_a
     with open_sandbox(SandboxConfig(backend=ready_backend("docker"), **LIMITS), image=image_with_a_user) as sb:
         assert sb.exec("id -u").output == "0\n"
         assert agent(sb, "id -u").output == "1000\n"
+
+
+# The interpreter itself, not a pyenv shim (which needs pyenv's environment to pick a version).
+OLDEST_PYTHON = next(iter(sorted(glob.glob("/root/.pyenv/versions/3.6*/bin/python3.6") + glob.glob("/usr/bin/python3.6"))),
+                     None)
+
+
+@pytest.mark.skipif(OLDEST_PYTHON is None or os.geteuid() != 0, reason="needs root and a Python 3.6 on this machine")
+def test_the_runner_drops_to_the_agent_user_on_python_3_6(tmp_path):
+    """The runner runs on the image's interpreter, as old as 3.6: the drop uses nothing newer (here on the host)."""
+    from patchgym.sandbox.base import RUNNER_SOURCE
+
+    proc = subprocess.Popen([OLDEST_PYTHON, "-c", RUNNER_SOURCE, str(tmp_path)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, env={"PATH": os.environ["PATH"], "HOME": "/root"})
+    ask = lambda **req: (proc.stdin.write(json.dumps(req).encode() + b"\n"), proc.stdin.flush(),
+                         json.loads(proc.stdout.readline()))[-1]
+    try:
+        assert json.loads(proc.stdout.readline())["python"].startswith("3.6")
+        mine = ask(op="exec", cmd="id -u; id -G; echo $HOME", user=4243)
+        assert mine["output"].split() == ["4243", "4243", "/tmp/patchgym-home-4243"], mine
+        assert ask(op="exec", cmd="id -u")["output"] == "0\n"
+        ask(op="shutdown")
+    finally:
+        proc.kill()
+        shutil.rmtree("/tmp/patchgym-home-4243", ignore_errors=True)
+
+
+def test_a_setuid_root_binary_gives_the_agent_nothing(sb):
+    """What an image ships setuid root (su, mount, passwd) runs without privileges: every backend sets
+    no_new_privs, so exec never raises the uid again."""
+    sb.exec("cp /usr/bin/id /usr/local/bin/suid-id && chmod 4755 /usr/local/bin/suid-id")
+    assert agent(sb, "/usr/local/bin/suid-id -u; grep NoNewPrivs /proc/self/status").output.split() == [
+        "1000", "NoNewPrivs:", "1"]
