@@ -105,7 +105,7 @@ def test_unknown_key_lists_allowed_keys_and_suggests_the_closest(tmp_path):
     assert "sandbox.backedn" in msg
     assert f"file '{a}'" in msg
     assert "'local'" in msg
-    assert "allowed keys in 'sandbox': backend, cpus, env," in msg
+    assert "allowed keys in 'sandbox': agent_user, backend, cpus, env," in msg
     assert "did you mean 'backend'?" in msg
 
 

@@ -9,8 +9,9 @@ import shlex
 from patchgym.sandbox import Sandbox, SandboxError
 from patchgym.tasks import Task, TaskError
 
-# The starting commit, copied out of the workspace where the agent's commands do not look: an agent that deletes or
-# rewrites the workspace's .git still has its change diffed against the state it started from.
+# The starting commit, copied out of the workspace where the agent's commands (another user) can neither read nor
+# write: an agent that deletes or rewrites the workspace's .git still has its change diffed against the state it
+# started from.
 BASE_GIT_DIR = "/var/lib/patchgym/base.git"
 PATCH_FILE = "/tmp/.patchgym-{name}.diff"  # removed right after: a bug patch left on disk would reveal the fix
 # Tried in order, as SWE-bench does: exact first, then tolerant of whitespace and shifted context.
@@ -75,4 +76,5 @@ def prepare_workspace(sandbox: Sandbox, task: Task) -> str:
     result = sandbox.exec(script, cwd=wd, timeout=600)
     if not result.ok:
         raise SandboxError(f"task {task.instance_id}: could not prepare the workspace in {wd}: {result.output}")
+    sandbox.give_to_agent(wd)  # after the snapshot, which stays root's: the agent edits the workspace, not it
     return result.output.strip().splitlines()[-1]

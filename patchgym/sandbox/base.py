@@ -100,14 +100,16 @@ class Sandbox:
              env: dict[str, str] | None = None, output_limit: int | None = None, agent: bool = False) -> ExecResult:
         """Run `command` (a string goes to `bash -c`) and return its merged output, exit code and timing.
 
-        `agent`: the command is the agent's own. The runner is pinged first, so a sandbox that died before it stays
-        an infrastructure error; one that dies while it runs, of something inside, raises `SandboxKilled`."""
+        `agent`: the command is the agent's own. It runs as `config.agent_user`, so it can neither signal the runner
+        nor write what root keeps. The runner is pinged first, so a sandbox that died before it stays an
+        infrastructure error; one that dies while it runs, of something inside, raises `SandboxKilled`."""
         timeout = self.config.exec_timeout_s if timeout is None else timeout
         if agent:
             self.ping()
         ooms_before = self._oom_kills()
         fields = dict(cmd=command, timeout=timeout, cwd=cwd, env={**COMMAND_ENV, **self.config.env, **(env or {})},
-                      limit=output_limit or self.config.output_limit_bytes)
+                      limit=output_limit or self.config.output_limit_bytes,
+                      user=self.config.agent_user if agent else None)
         try:
             reply = self._request("exec", ANSWER_GRACE_S + timeout, **fields)
         except SandboxError as exc:
@@ -125,6 +127,17 @@ class Sandbox:
         return ExecResult(output=output, exit_code=reply["exit_code"], timed_out=reply["timed_out"],
                           duration=reply["duration"], cut_bytes=reply["cut_bytes"], signal=reply["signal"],
                           oom_killed=oom)
+
+    def give_to_agent(self, path: str) -> None:
+        """Make `path` and everything below it the agent user's, so its commands can edit there. Only what is not
+        theirs yet is changed: a change copies the file up out of the image's layers, with an fsync, so the
+        changes run in parallel. Links are changed, never followed."""
+        uid = self.config.agent_user
+        script = ('[ -e "$1" ] || { echo "no such path: $1"; exit 1; }\n'
+                  'find "$1" \\( ! -user "$2" -o ! -group "$2" \\) -print0 | xargs -0 -r -P 8 -n 64 chown -h "$2:$2"')
+        result = self.exec(["sh", "-c", script, "give", path, str(uid)], timeout=600)
+        if not result.ok:
+            raise SandboxError(f"{self.id}: could not give {path} to uid {uid}: {result.output[-2000:]}")
 
     def ping(self) -> None:
         """A round trip to the runner; `SandboxError` when the sandbox is dead."""

@@ -28,6 +28,9 @@ class SandboxConfig(BaseModel):
     pool_size: int = Field(0, ge=0, description="pre-started sandboxes per image (0 = no warm pool)")
     max_concurrency: int = Field(16, gt=0, description="sandboxes alive at once per pool")
     python: str = Field("python3", description="interpreter inside the image that runs patchgym's in-sandbox runner")
+    agent_user: int = Field(1000, ge=1, le=65535,
+                            description="uid and gid of the agent's commands (exec with agent=True), which need no "
+                                        "/etc/passwd entry; the runner and grading stay root")
     env: dict[str, str] = Field(default_factory=dict, description="environment variables for every command")
     kubernetes: KubernetesConfig = Field(default_factory=KubernetesConfig, description="the kubernetes backend's cluster and pod spec")
 

@@ -67,7 +67,8 @@ class DockerSandbox(Sandbox):
                 init=True, auto_remove=True, security_opt=["no-new-privileges"],
             )
             container = api.create_container(
-                tag, command=[cfg.python, "-c", RUNNER_SOURCE, cfg.workdir], name=self.id,
+                # Root whatever the image's USER: the runner drops to the agent's uid for the agent's commands.
+                tag, command=[cfg.python, "-c", RUNNER_SOURCE, cfg.workdir], name=self.id, user="0:0",
                 stdin_open=True, detach=False, tty=False, labels=self.labels, environment=cfg.env,
                 host_config=host_config,
             )

@@ -213,7 +213,9 @@ class KubernetesSandbox(Sandbox):
                 "command": [cfg.python, "-c", PID1],
                 "env": [{"name": k, "value": v} for k, v in cfg.env.items()] or None,
                 "resources": {"limits": limits, "requests": requests},
-                "securityContext": {"allowPrivilegeEscalation": False},
+                # The runner (exec'd as this user) must be root, whatever the image's USER, to drop to the agent's
+                # uid; no_new_privs (allowPrivilegeEscalation off) leaves setuid by root alone.
+                "securityContext": {"allowPrivilegeEscalation": False, "runAsUser": 0, "runAsGroup": 0},
             }],
         }
         return {"apiVersion": "v1", "kind": "Pod",

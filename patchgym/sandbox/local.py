@@ -3,14 +3,21 @@
     unshare --mount (private) -> join cgroups, mount overlay(lower = image layers, upper = scratch) ->
     bwrap (new user/pid/net/ipc/uts namespaces, the overlay as /, --die-with-parent) -> the runner
 
+bwrap maps a single uid into the user namespace it makes; we map uids and gids 0-65535 onto the same host ids
+instead (written by us while bwrap waits, as its --userns-block-fd allows), so the runner, root in there, can run
+the agent's commands as an ordinary user.
+
 The overlay mount lives only in the sandbox's own mount namespace and every process in its pid namespace, so
 both vanish with the sandbox, even when the host process is SIGKILLed. What stays on disk after a crash (the
 scratch directory, the cgroups) names its owner and is reaped.
 """
 
 import json
+import os
+import select
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 from patchgym import paths
@@ -21,6 +28,8 @@ from patchgym.sandbox.errors import SandboxError
 from patchgym.sandbox.limits import Cgroup, parent_dirs
 
 LOCAL_FIX = "install them with `apt-get install -y bubblewrap util-linux` and run as root, or use `sandbox.backend=docker`"
+# Host uids and gids the sandbox's user namespace maps, each onto itself: root and every ordinary user of an image.
+ID_MAP = "0 0 65536\n"
 _MOUNT_SCRIPT = r"""
 for f in $PATCHGYM_CGROUP_PROCS; do echo $$ > "$f" || exit 112; done
 mount -t overlay overlay -o "lowerdir=$1,upperdir=$2,workdir=$3" "$4" || exit 111
@@ -63,8 +72,11 @@ class LocalSandbox(Sandbox):
             self._cgroup = Cgroup(self.id, memory_mb=cfg.memory_mb, pids=cfg.pids, cpus=cfg.cpus)
         except PermissionError as exc:
             raise SandboxError(f"{self.id}: cannot set its limits: {exc}") from exc
+        info_r, info_w = os.pipe()
+        block_r, block_w = os.pipe()
         bwrap = ["bwrap", "--bind", str(merged), "/", "--proc", "/proc", "--dev", "/dev",
                  "--unshare-all", *(["--share-net"] if cfg.network else []), "--hostname", "sandbox",
+                 "--unshare-user", "--userns-block-fd", str(block_r), "--info-fd", str(info_w),
                  "--uid", "0", "--gid", "0", "--die-with-parent", "--new-session", "--clearenv"]
         # PATCHGYM_RUN also stands in bwrap's command line, so a leak check can find the processes of a run.
         for key, value in {"HOME": "/root", "LANG": "C.UTF-8", **env, **cfg.env, "PATCHGYM_RUN": self.run_id}.items():
@@ -73,11 +85,43 @@ class LocalSandbox(Sandbox):
                 ":".join(map(str, layers)), str(upper), str(work), str(merged),
                 *bwrap, "--", cfg.python, "-c", RUNNER_SOURCE, cfg.workdir]
         self._log = open(self._dir / "stderr.log", "wb")
-        self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-                                      env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
-                                           "PATCHGYM_CGROUP_PROCS": " ".join(self._cgroup.procs_files)},
-                                      start_new_session=True)  # Ctrl-C reaches us, not the sandbox: we clean up
+        try:
+            self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
+                                          env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+                                               "PATCHGYM_CGROUP_PROCS": " ".join(self._cgroup.procs_files)},
+                                          pass_fds=(info_w, block_r),
+                                          start_new_session=True)  # Ctrl-C reaches us, not the sandbox: we clean up
+            os.close(info_w)
+            os.close(block_r)
+            info_w = block_r = None
+            self._map_ids(info_r, block_w)
+        finally:
+            for fd in (info_r, info_w, block_r, block_w):
+                if fd is not None:
+                    os.close(fd)
         return PipeChannel(self.id, self._proc.stdin, self._proc.stdout)
+
+    def _map_ids(self, info_fd: int, block_fd: int) -> None:
+        """Once bwrap has made the user namespace (it says so on `info_fd`), write its uid and gid maps, then let
+        it go on (a byte on `block_fd`)."""
+        deadline = time.monotonic() + self.config.start_timeout_s
+        data = b""
+        while True:
+            try:
+                info = json.loads(data)
+                break
+            except ValueError:
+                pass
+            left = deadline - time.monotonic()
+            chunk = os.read(info_fd, 4096) if left > 0 and select.select([info_fd], [], [], left)[0] else None
+            if not chunk:
+                why = "no answer" if chunk is None else self._diagnose()
+                raise SandboxError(f"{self.id}: bwrap did not make its user namespace ({why})")
+            data += chunk
+        pid = info["child-pid"]
+        for name in ("uid_map", "gid_map"):
+            Path(f"/proc/{pid}/{name}").write_text(ID_MAP)
+        os.write(block_fd, b"1")
 
     def _stop(self) -> None:
         if self._proc is not None:

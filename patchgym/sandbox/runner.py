@@ -8,6 +8,10 @@ on whatever interpreter the task image has.
 Nothing a command starts outlives it: the runner is a child subreaper, so even a process that detached itself
 (setsid, double fork) stays below it, and when the command exits or times out every process below the runner is
 killed, its output pipe read to the end within a bounded time, and the zombies reaped.
+
+The runner stays root; a request with a `user` runs its command as that uid and gid instead (the agent's
+commands), so the command can signal neither the runner nor anything else of root's, and cannot write what root
+keeps (the base snapshot). The uid needs no /etc/passwd entry: HOME, USER and LOGNAME are set for it.
 """
 
 import base64
@@ -34,6 +38,8 @@ PR_SET_CHILD_SUBREAPER = 36
 # Commands run this much nicer than the runner, so that it still gets the CPU to kill a fork bomb at once. Only
 # the sandbox's own processes compete here: each sandbox has its own CPU share (its cgroup).
 COMMAND_NICE = 10
+# The home of a command run as another user (`%d`: its uid), outside the workspace so it never shows in the diff.
+AGENT_HOME = "/tmp/patchgym-home-%d"
 
 
 class OutputCap(object):
@@ -115,6 +121,33 @@ def lower_priority():
             f.write("1000")
     except OSError:
         pass
+
+
+def agent_env(uid):
+    """HOME (created, owned by `uid`), USER and LOGNAME for a uid that the image may not know."""
+    try:
+        import pwd
+
+        name = pwd.getpwuid(uid).pw_name
+    except (ImportError, KeyError):
+        name = "agent"
+    home = AGENT_HOME % uid
+    if not os.path.lexists(home):  # whatever the user made of it since is theirs (no command of theirs runs now)
+        os.mkdir(home, 0o755)
+        os.lchown(home, uid, uid)
+    return {"HOME": home, "USER": name, "LOGNAME": name}
+
+
+def command_setup(uid):
+    """What a command's process does before exec: lower its priority and, given a uid, become that user (uid and
+    gid alike, no supplementary groups)."""
+    def setup():
+        lower_priority()
+        if uid is not None:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+    return setup
 
 
 def signal_quietly(kill, target):
@@ -219,7 +252,13 @@ def run_command(req):
     argv = ["/bin/bash", "-c", cmd] if isinstance(cmd, str) else cmd
     if argv[0] == "/bin/bash" and not os.path.exists("/bin/bash"):
         argv[0] = "/bin/sh"
+    uid = req.get("user")
+    if uid is not None and os.geteuid() != 0:
+        raise PermissionError("the runner runs as uid %d, not root: it cannot run a command as uid %d"
+                              % (os.geteuid(), uid))
     env = dict(os.environ)
+    if uid is not None:
+        env.update(agent_env(uid))
     env.update(req.get("env") or {})
     timeout = req.get("timeout")
     cap = OutputCap(int(req.get("limit") or 262144))
@@ -229,7 +268,7 @@ def run_command(req):
         proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             cwd=req.get("cwd") or None, env=env, start_new_session=True, close_fds=True,
-            preexec_fn=lower_priority,
+            preexec_fn=command_setup(uid),
         )
     except OSError as exc:
         return {"output": "%s: %s\n" % (argv[0], exc.strerror or exc), "exit_code": 127 if exc.errno == 2 else 126,

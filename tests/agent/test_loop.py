@@ -132,21 +132,28 @@ def bash(command: str) -> str:
     return render_call_xml(ToolCall("execute_bash", {"command": command}))
 
 
-def test_an_agent_that_kills_its_sandbox_is_scored_not_an_infra_error(scripted, tiny_task, sandbox_config):
-    trajectory = episode(scripted([bash("kill -9 -1"), FINISH]), tiny_task, sandbox_config)
-    assert trajectory.termination == "sandbox_killed" and trajectory.scored, trajectory.error
-    assert trajectory.steps == 1 and trajectory.patch == "" and trajectory.grade is None
-    from patchgym.agent.trajectory import reward
-
-    assert reward(trajectory) == 0.0
-
-
-def test_an_agent_that_deletes_git_and_the_snapshot_is_scored_not_an_infra_error(scripted, tiny_task,
-                                                                                 sandbox_config):
-    trajectory = episode(scripted([bash("rm -rf /testbed/.git /var/lib/patchgym/base.git"), FINISH]), tiny_task,
+def test_an_agent_that_tries_to_kill_its_sandbox_plays_on_and_is_graded(scripted, tiny_task, sandbox_config):
+    """`kill -9 -1` as the agent's user ends only the agent's processes (the tool's own too): the tool answers with
+    what happened, the next step runs, and the episode is graded like any other."""
+    runner_kill = "kill -9 $(grep -l 'in-sandbox [r]unner' /proc/[0-9]*/cmdline | cut -d/ -f3)"
+    trajectory = episode(scripted([bash("kill -9 -1"), bash(runner_kill), bash("echo alive"), FINISH]), tiny_task,
                          sandbox_config)
-    assert trajectory.termination == "patch_failed" and trajectory.scored, trajectory.error
-    assert trajectory.patch == "" and trajectory.grade is None and "git diff" in trajectory.error
+    assert trajectory.termination == "submitted" and trajectory.scored, trajectory.error
+    killed, denied, alive = (turn.observation for turn in trajectory.turns[:3])
+    assert "the tool's process was killed (signal 9" in killed, killed
+    assert "Operation not permitted" in denied and alive.endswith("alive"), (denied, alive)
+    assert trajectory.patch == ""
+
+
+def test_an_agent_that_deletes_git_and_the_snapshot_keeps_its_patch(scripted, tiny_task, sandbox_config):
+    """Its user may empty the workspace's .git but not the snapshot, so the patch is still the workspace's."""
+    fix = "sed -i 's/left_operand - right/left_operand + right/' calc/ops.py"
+    trajectory = episode(scripted([bash(f"{fix}; rm -rf /testbed/.git /var/lib/patchgym/base.git"), FINISH]),
+                         tiny_task, sandbox_config)
+    assert trajectory.termination == "submitted", trajectory.error
+    assert "Permission denied" in trajectory.turns[0].observation
+    assert "+    return left_operand + right_operand" in trajectory.patch
+    assert grade_patch(tiny_task, trajectory.patch, sandbox_config).resolved
 
 
 def test_a_sandbox_killed_from_outside_during_an_agent_command_is_an_infra_error(scripted, tiny_task, sandbox_config,

@@ -3,6 +3,7 @@
 import pytest
 
 from patchgym.env.swe_env import SWEEnv
+from patchgym.env.workspace import BASE_GIT_DIR
 from patchgym.env.tools import ToolCall, render_call_xml
 from patchgym.sandbox import SandboxConfig
 
@@ -53,6 +54,23 @@ def test_patch_has_every_edit_but_not_the_hidden_tests(env, tiny_task):
     assert "+    return left_operand + right_operand" in patch
     assert "notes.txt" in patch and "deleted file mode" in patch
     assert "tests/test_add.py" not in patch, "the grader owns the hidden test file"
+
+
+def test_the_agent_works_as_its_user_in_a_workspace_it_owns(env, tiny_task):
+    env.reset(tiny_task)
+    ran = env.step(bash("id -u && echo made > made.txt && git status --porcelain && stat -c %u made.txt calc/ops.py"))
+    assert ran.observation.split()[-5:] == ["1000", "??", "made.txt", "1000", "1000"], ran.observation
+    assert "+made" in env.patch(1_000_000)
+
+
+def test_a_rewritten_git_and_an_attacked_snapshot_leave_the_patch_the_workspaces(env, tiny_task):
+    env.reset(tiny_task)
+    attack = env.step(bash("sed -i 's/left_operand - right/left_operand + right/' calc/ops.py && rm -rf .git && "
+                           "git init -q && git add -A && git commit -qm fake; rm -rf /var/lib/patchgym/base.git; "
+                           "echo x > /var/lib/patchgym/base.git/HEAD"))
+    assert attack.observation.count("Permission denied") == 2, attack.observation
+    assert env.sandbox.exec(f"git --git-dir={BASE_GIT_DIR} rev-parse HEAD").output.strip() == env.base_commit
+    assert "+    return left_operand + right_operand" in env.patch(1_000_000)
 
 
 def test_a_deleted_git_still_gives_the_workspace_diff_which_grades(env, tiny_task):

@@ -25,6 +25,7 @@ def sb(backend, base_image):
         for path, text in REPO.items():
             sandbox.write_file(f"/testbed/{path}", text)
         assert sandbox.exec("git init -q . && git add -A && git commit -qm base").ok
+        sandbox.give_to_agent("/testbed")  # as prepare_workspace does: the tools run as the agent
         install_tools(sandbox)
         install_tools(sandbox)  # idempotent
         yield sandbox
@@ -32,6 +33,12 @@ def sb(backend, base_image):
 
 def tool(sb, name: str, timeout: float = 30.0, **arguments):
     return run_tool(sb, ToolCall(name, arguments), timeout=timeout)
+
+
+def put(sb, path: str, data) -> None:
+    """A file for the agent's tools to edit: written by root, then the agent user's."""
+    sb.write_file(path, data)
+    sb.give_to_agent(path)
 
 
 def edit(sb, **arguments):
@@ -81,7 +88,7 @@ def test_view_errors_help_the_model(sb):
 
 
 def test_long_view_is_clipped_with_a_way_on(sb):
-    sb.write_file("/testbed/long.py", "".join(f"value_{i} = {i}  # some padding text\n" for i in range(1, 3001)))
+    put(sb, "/testbed/long.py", "".join(f"value_{i} = {i}  # some padding text\n" for i in range(1, 3001)))
     text = edit(sb, command="view", path="/testbed/long.py").observation
     assert len(text) < 10_300 and "<response clipped>" in text
     assert "view_range, e.g. [" in text and "value_3000" not in text
@@ -89,7 +96,7 @@ def test_long_view_is_clipped_with_a_way_on(sb):
 
 # -- file_editor: edits and undo across calls ------------------------------------------------------------------
 def test_str_replace_needs_exactly_one_occurrence(sb):
-    sb.write_file("/testbed/sr.py", OPS)
+    put(sb, "/testbed/sr.py", OPS)
     none = edit(sb, command="str_replace", path="/testbed/sr.py", old_str="return a * b", new_str="x")
     assert none.exit_code == 1 and "No occurrences of 'return a * b' found in /testbed/sr.py" in none.observation
     indent = edit(sb, command="str_replace", path="/testbed/sr.py", old_str="  return a - b\n\n\ndef sub", new_str="x")
@@ -106,7 +113,7 @@ def test_str_replace_needs_exactly_one_occurrence(sb):
 
 
 def test_whitespace_hint_when_only_indentation_differs(sb):
-    sb.write_file("/testbed/ws.py", OPS)
+    put(sb, "/testbed/ws.py", OPS)
     r = edit(sb, command="str_replace", path="/testbed/ws.py", old_str="return a - b\n  ", new_str="y")
     assert "leading/trailing whitespace is ignored" in r.observation
 
@@ -136,7 +143,7 @@ def test_create_insert_and_undo_across_calls(sb):
 
 
 def test_edits_keep_undecodable_bytes_and_big_arguments_travel(sb):
-    sb.write_file("/testbed/latin.txt", b"caf\xe9 = 1\nx = 2\n")
+    put(sb, "/testbed/latin.txt", b"caf\xe9 = 1\nx = 2\n")
     assert edit(sb, command="str_replace", path="/testbed/latin.txt", old_str="x = 2", new_str="x = 3").exit_code == 0
     assert sb.read_file("/testbed/latin.txt") == b"caf\xe9 = 1\nx = 3\n"
     big = "".join(f"line_{i} = {i}\n" for i in range(20_000))  # ~290 KB: more than one argv string may hold

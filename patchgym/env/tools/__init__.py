@@ -35,7 +35,9 @@ def run_tool(sandbox, call: ToolCall, *, timeout: float = 90.0, python: str = "p
         return ToolResult(FINISHED, None, True)
     args = json.dumps(call.arguments)
     if len(args) > MAX_ARGV_CHARS:
-        args_file = f"/var/tmp/patchgym-tools/args-{call.name}.json"
+        # Beside the script, where only root writes (the next long call of this tool overwrites it): in a folder the
+        # agent can write, a link it left in the file's place would have this root write go wherever it points.
+        args_file = f"{TOOLS_DIR}/args-{call.name}.json"
         sandbox.write_file(args_file, args)
         args = "@" + args_file
     # -I: the task's PYTHON* variables (a PYTHONPATH into the repository, say) must not change how the tools run.
@@ -44,6 +46,12 @@ def run_tool(sandbox, call: ToolCall, *, timeout: float = 90.0, python: str = "p
     if result.timed_out:
         return ToolResult(f"Execution output of [{call.name}]:\nERROR: the tool did not answer within "
                           f"{timeout + SCRIPT_GRACE_S:g} s and was stopped.", 124, False)
+    if result.signal is not None and not result.output.startswith(("Exit code: ", "Execution output of [")):
+        # The script itself was killed: by the agent's command (`kill -9 -1` ends all of the agent's processes,
+        # the script's too) or by the memory limit. The agent's doing, answered like a failed command.
+        why = "out of memory" if result.oom_killed else f"signal {result.signal}, sent by the command itself"
+        return ToolResult(f"Execution output of [{call.name}]:\nERROR: the tool's process was killed ({why}).\n"
+                          f"{result.output.strip()[-2000:]}".rstrip(), result.exit_code, False)
     if not result.output.startswith(("Exit code: ", "Execution output of [")):
         # No observation at all: the script is missing, the interpreter is, or the script crashed (a bug of ours).
         raise RuntimeError(f"{sandbox.id}: the {call.name} tool did not run with {shlex.quote(python)} (exit "

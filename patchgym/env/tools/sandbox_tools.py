@@ -506,7 +506,6 @@ def main(argv):
     if raw.startswith("@"):  # arguments too long for a command line come in a file
         with open(raw[1:], "rb") as f:
             raw = f.read().decode("ascii")  # json.dumps escapes everything else
-        os.remove(argv[2][1:])
     timeout = float(argv[3]) if len(argv) > 3 else 90.0
     try:
         body, code = TOOLS[name](json.loads(raw), timeout)
