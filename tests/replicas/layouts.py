@@ -18,6 +18,7 @@ from tests.replicas.swebench_family import CREATED_AT, Replica, conda_image
 R2E_RUN_TESTS = ".venv/bin/python -W ignore -m pytest -rA r2e_tests\n"
 R2E_INSTALL = ("python3 -m venv .venv\n.venv/bin/python -m pip install -q --no-index --find-links /opt/wheelhouse "
                "-e . pytest pytz simplejson\n")
+SMITH_PROFILE_COMMIT = "9716fc62"
 SMITH_TEST_CMD = "pytest --disable-warnings --color=no --tb=no --verbose -rA tests"
 
 
@@ -76,7 +77,9 @@ def smith() -> Replica:
     project.git(mirror, "init", "-q")
     project.git(mirror, "add", "-A")
     project.git(mirror, "commit", "-qm", "Initial commit")
-    snapshot = project.git(mirror, "rev-parse", "HEAD").strip()[:8]
+    # Named as SWE-smith names its marshmallow snapshot (swesmith's profile Marshmallow9716fc62), so that the row's
+    # repo is one swesmith knows; the replica's mirror commit has its own hash, which nothing reads.
+    snapshot = SMITH_PROFILE_COMMIT
     instance_id = f"marshmallow-code__marshmallow.{snapshot}.pr_1359"
     project.git(mirror, "checkout", "-qb", instance_id)
     fields_py = mirror / "src/marshmallow/fields.py"

@@ -107,8 +107,9 @@ def test_the_command_prints_the_broken_rows_and_fails_when_none_is_valid(mixed, 
     assert read_tasks(tmp_path / "v" / "tasks.jsonl") == []
 
 
-REPLICA_DATASETS = {"swebench": "swebench", "swebench_v5": "swebench", "swegym": "swegym", "rebench": "rebench",
-                    "r2egym": "r2egym", "smith": "smith"}
+# Each replica file's rows and the `tasks import --format` that reads them.
+REPLICA_DATASETS = {"swebench": "swebench-classic", "swebench_v5": "swebench", "swegym": "swegym",
+                    "rebench": "rebench", "r2egym": "r2egym", "smith": "smith"}
 
 
 @pytest.fixture(scope="module")
@@ -118,24 +119,16 @@ def replica_rows(docker_config):
     return {dataset: rows[0] for build in FAMILIES.values() for dataset, rows in build().rows.items()}
 
 
-# On main, imported rows carry no command (classic rows: no test ran), or a log parser no parser registers (v5's
-# parse_log_marshmallow, R2E-Gym's r2egym: the grader refuses them); the `specs` branch derives each row's execution
-# spec, and names classic SWE-bench images as published (main gives the harness's local `sweb.eval.x86_64.<id>`).
-# Only these known gaps are expected failures: any other reason (a failing gold patch, a flaky test) fails.
-KNOWN_GAP = {"swebench": {"missing_image", "tests_did_not_run"}, "swegym": {"tests_did_not_run"},
-             "rebench": {"tests_did_not_run"}, "smith": {"tests_did_not_run"}, "swebench_v5": {"ungradable"},
-             "r2egym": {"ungradable"}}
-
-
 @pytest.mark.parametrize("dataset", sorted(REPLICA_DATASETS))
 def test_each_familys_replica_row_validates_as_imported(replica_rows, dataset, docker_config, tmp_path):
-    from patchgym.tasks.loaders import convert_row
+    from patchgym.tasks.loaders import import_tasks
     from tests.replicas import images
 
-    task = convert_row(REPLICA_DATASETS[dataset], replica_rows[dataset])
-    task = task.model_copy(update={"image": images.local(task.image)})  # the published name, under our prefix
+    rows = tmp_path / f"{dataset}.jsonl"
+    rows.write_text(json.dumps(replica_rows[dataset]) + "\n")
+    imported = import_tasks(REPLICA_DATASETS[dataset], str(rows))
+    assert imported.errors == [] and len(imported.tasks) == 1
+    task = imported.tasks[0].model_copy(update={"image": images.local(imported.tasks[0].image)})
     (check,) = validate([task], tmp_path, docker_config, timeout=300, progress=False)
-    if check.reason in KNOWN_GAP[dataset]:
-        pytest.xfail(f"no execution spec for imported {dataset} rows yet: {check.detail[:200]}")
     assert check.valid, check
     assert check.observed_f2p == task.FAIL_TO_PASS
