@@ -1,6 +1,6 @@
 """The `sandbox:` section of a patchgym config: which backend, which image, and the limits every sandbox gets."""
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from patchgym.sandbox.kubernetes_config import KubernetesConfig
 
@@ -10,6 +10,13 @@ BACKENDS = {
     "local": "patchgym.sandbox.local:LocalSandbox",
     "kubernetes": "patchgym.sandbox.kubernetes:KubernetesSandbox",
 }
+
+
+class RegistryLogin(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    username: str
+    password: SecretStr = Field(description="kept out of printed and saved configs")
 
 
 class SandboxConfig(BaseModel):
@@ -29,6 +36,12 @@ class SandboxConfig(BaseModel):
     max_concurrency: int = Field(16, gt=0, description="sandboxes alive at once per pool")
     python: str = Field("python3", description="interpreter inside the image that runs patchgym's in-sandbox runner")
     env: dict[str, str] = Field(default_factory=dict, description="environment variables for every command")
+    registry_auth: dict[str, RegistryLogin] | str | None = Field(
+        None, description="registry host -> {username, password}, or the path of a Docker config.json; "
+                          "None = the user's ~/.docker/config.json (as `docker pull` reads it)")
+    image_mirror: dict[str, str] = Field(
+        default_factory=dict, description="image name prefix -> replacement, e.g. {'swebench/': "
+                                          "'mirror.local:5000/swebench/'} or {'docker.io/': 'mirror.local:5000/'}")
     kubernetes: KubernetesConfig = Field(default_factory=KubernetesConfig, description="the kubernetes backend's cluster and pod spec")
 
     @field_validator("backend")

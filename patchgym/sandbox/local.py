@@ -14,12 +14,14 @@ import subprocess
 from pathlib import Path
 
 from patchgym import paths
-from patchgym.sandbox import images
+from patchgym.sandbox import images, registry
 from patchgym.sandbox.base import RUNNER_SOURCE, Sandbox
 from patchgym.sandbox.channel import Channel, PipeChannel
 from patchgym.sandbox.errors import SandboxError
 from patchgym.sandbox.limits import Cgroup, parent_dirs
+from patchgym.sandbox.unpack import unpacked_rootfs
 
+MAX_LOWERDIR = 3800  # mount options fit in one page (4096 bytes) with the upper and work dirs
 LOCAL_FIX = "install them with `apt-get install -y bubblewrap util-linux` and run as root, or use `sandbox.backend=docker`"
 _MOUNT_SCRIPT = r"""
 for f in $PATCHGYM_CGROUP_PROCS; do echo $$ > "$f" || exit 112; done
@@ -29,16 +31,23 @@ exec "$@"
 """
 
 
-def resolve_rootfs(image) -> tuple[list[Path], dict[str, str]]:
-    """The overlay lower layers (top first) and the environment of an image given as a recipe, a tag or None."""
+def resolve_rootfs(image, config=None) -> tuple[list[Path], dict[str, str]]:
+    """The overlay lower layers (top first) and the environment of an image given as a recipe, a recipe's tag, a
+    `docker save` tar or any other image name (unpacked once from the local Docker engine, pulled into it if need be)."""
     if image is None or isinstance(image, images.ImageRecipe):
         recipe = image or images.base_recipe()
         return images.ensure_rootfs(recipe), images.image_env(recipe)
     found = images.find_rootfs(image)
-    if found is None:
+    if found is not None:
+        return found
+    if image.startswith(registry.LOCAL_NAMESPACE):
         raise SandboxError(f"no rootfs for image {image!r} under {paths.rootfs_dir()}; build it first "
                            "(`patchgym image build` builds the base image)")
-    return found
+    layers, env = unpacked_rootfs(image, config.registry_auth if config else None)
+    if len(":".join(map(str, layers))) > MAX_LOWERDIR:
+        raise SandboxError(f"image {image!r} has {len(layers)} layers, more than one overlay mount can stack here "
+                           f"({MAX_LOWERDIR} bytes of lowerdir); squash it (`docker export | docker import`)")
+    return layers, env
 
 
 class LocalSandbox(Sandbox):
@@ -50,7 +59,7 @@ class LocalSandbox(Sandbox):
         for tool in ("bwrap", "unshare", "mount"):
             if shutil.which(tool) is None:
                 raise SandboxError(f"the local backend needs `{tool}`; {LOCAL_FIX}")
-        layers, env = resolve_rootfs(self.image)
+        layers, env = resolve_rootfs(self.image, self.config)
         cfg = self.config
         self._dir = paths.sandboxes_dir() / self.id
         upper, work, merged = (self._dir / n for n in ("upper", "work", "merged"))
