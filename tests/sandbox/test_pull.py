@@ -3,10 +3,8 @@ a missing image with its login and progress, bad logins and missing images are n
 prefixes rewrite names, and `patchgym images pull` plans the disk and reports each image."""
 
 import base64
-import io
 import json
 import time
-import uuid
 from types import SimpleNamespace
 
 import pytest
@@ -21,34 +19,9 @@ from patchgym.sandbox.docker import docker_client
 from patchgym.sandbox.images import base_recipe, ensure_docker_image
 from patchgym.sandbox.pull import ByteProgress, pull_image
 from patchgym.sandbox.registry import ImagePullError, mirrored, parse_ref, registry_login
+from sandbox_images import MARK, absent
 
 pytestmark = pytest.mark.docker
-MARK = uuid.uuid4().hex
-
-
-def _absent(name: str) -> None:
-    import docker
-
-    try:
-        docker_client().images.remove(name, force=True)
-    except docker.errors.ImageNotFound:
-        pass
-
-
-@pytest.fixture(scope="session")
-def pushed(local_registry, ready_backend):
-    """An image that exists only in the registry: the base plus a 2 MB random file and a mark, pushed, then removed."""
-    ready_backend("docker")
-    client = docker_client()
-    local = f"pg-images-small:{MARK[:12]}"
-    dockerfile = (f"FROM {ensure_docker_image(base_recipe())}\n"
-                  f"RUN head -c 2000000 /dev/urandom > /opt/blob && echo {MARK} > /opt/pg-mark\n")
-    client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=local, rm=True)
-    name = local_registry.push(local, f"pg-images/small:{MARK[:12]}")
-    _absent(local)
-    _absent(name)
-    yield name
-    _absent(name)
 
 
 def _auth(registry, password=None) -> dict[str, RegistryLogin]:
@@ -96,14 +69,14 @@ def test_a_docker_sandbox_pulls_a_missing_image_with_progress(pushed, local_regi
         assert sandbox.exec("true").ok
         assert sandbox.exec("cat /opt/pg-mark").output.strip() == MARK
     assert f"pull {pushed}" in capfd.readouterr().err
-    _absent(pushed)
+    absent(pushed)
     with ByteProgress("pull", show=False) as progress:
         pull_image(docker_client(), pushed, config.registry_auth, progress=progress)
     assert progress.done == progress.total >= 2_000_000  # the new layer; the base's layers are already here
 
 
 def test_the_docker_config_file_logs_in(pushed, local_registry, tmp_path, monkeypatch):
-    _absent(pushed)
+    absent(pushed)
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
     token = base64.b64encode(f"{local_registry.username}:{local_registry.password}".encode()).decode()
     (tmp_path / "config.json").write_text(json.dumps({"auths": {local_registry.host: {"auth": token}}}))
@@ -112,7 +85,7 @@ def test_the_docker_config_file_logs_in(pushed, local_registry, tmp_path, monkey
 
 
 def test_a_wrong_password_names_image_and_registry_and_grades_infra(pushed, local_registry, tiny_task):
-    _absent(pushed)
+    absent(pushed)
     config = SandboxConfig(backend="docker", registry_auth=_auth(local_registry, "wrong"))
     start = time.monotonic()
     with pytest.raises(ImagePullError) as caught:
@@ -137,7 +110,7 @@ def test_missing_images_and_unreachable_registries_are_named(local_registry):
 
 
 def test_a_mirror_prefix_sends_the_pull_to_the_registry(pushed, local_registry):
-    _absent(pushed)
+    absent(pushed)
     repository = parse_ref(pushed).repository.removeprefix("pg-images/")
     config = SandboxConfig(backend="docker", registry_auth=_auth(local_registry),
                            image_mirror={"pg-images-upstream/": f"{local_registry.host}/pg-images/"})
@@ -154,7 +127,7 @@ def _tasks_file(tmp_path, tiny_task, images):
 
 
 def test_images_pull_plans_the_disk_and_reports_each_image(pushed, local_registry, tiny_task, tmp_path):
-    _absent(pushed)
+    absent(pushed)
     present = f"{local_registry.host}/pg-images/present:{MARK[:12]}"
     docker_client().images.get(ensure_docker_image(base_recipe())).tag(present)
     missing = f"{local_registry.host}/pg-images/none:{MARK[:12]}"
@@ -172,11 +145,11 @@ def test_images_pull_plans_the_disk_and_reports_each_image(pushed, local_registr
     assert rows[missing].split()[:3] == ["failed:", "not", "found"]
     assert "1 pulled, 1 present, 1 failed" in out
     docker_client().images.get(pushed)
-    _absent(present)
+    absent(present)
 
 
 def test_images_pull_refuses_a_too_small_disk_simulated(pushed, local_registry, tiny_task, tmp_path, monkeypatch):
-    _absent(pushed)
+    absent(pushed)
     tasks = _tasks_file(tmp_path, tiny_task, [pushed])
     # A full Docker data root cannot be made cheaply here: the free space is what the test says.
     monkeypatch.setattr(prepull.shutil, "disk_usage", lambda path: SimpleNamespace(free=1000))
