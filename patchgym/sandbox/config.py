@@ -23,7 +23,7 @@ class SandboxConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     backend: str = Field("docker", description="docker (Docker engine), local (bubblewrap + overlayfs), kubernetes (one pod each), or 'pkg.module:Class'")
-    image: str | None = Field(None, description="image tag (docker) or image key (local); None = the patchgym base image")
+    image: str | None = Field(None, description="image name (pulled when missing), a recipe's tag, or a `docker save` .tar (local); None = the patchgym base image")
     workdir: str = Field("/testbed", description="default working directory of commands")
     network: bool = Field(False, description="give sandboxes a network (off by default)")
     memory_mb: int = Field(4096, gt=0, description="memory limit per sandbox")

@@ -135,7 +135,10 @@ def test_images_pull_plans_the_disk_and_reports_each_image(pushed, local_registr
     config = tmp_path / "config.yaml"
     config.write_text(f"sandbox:\n  registry_auth:\n    {local_registry.host}:\n"
                       f"      username: {local_registry.username}\n      password: {local_registry.password}\n")
-    result = CliRunner().invoke(app, ["images", "pull", "--tasks", str(tasks), "--concurrency", "2", "-c", str(config)])
+    try:
+        result = CliRunner().invoke(app, ["images", "pull", "--tasks", str(tasks), "--concurrency", "2", "-c", str(config)])
+    finally:
+        absent(present)
     out = result.stdout
     assert result.exit_code == 1, out  # one image failed
     assert "2 images to pull (1 already present) need" in out and "free on /var/lib/docker" in out
@@ -145,7 +148,6 @@ def test_images_pull_plans_the_disk_and_reports_each_image(pushed, local_registr
     assert rows[missing].split()[:3] == ["failed:", "not", "found"]
     assert "1 pulled, 1 present, 1 failed" in out
     docker_client().images.get(pushed)
-    absent(present)
 
 
 def test_images_pull_refuses_a_too_small_disk_simulated(pushed, local_registry, tiny_task, tmp_path, monkeypatch):
