@@ -114,8 +114,15 @@ def images_pull(tasks: Path = typer.Option(..., help="tasks JSONL whose images t
     from patchgym.sandbox.docker import docker_client
     from patchgym.tasks import read_tasks
 
+    from patchgym.sandbox.errors import SandboxError
+
     config = _config(files, overrides).sandbox
-    names = [registry.mirrored(t.image, config.image_mirror) for t in read_tasks(tasks) if t.image]
+    names = []
+    for task in read_tasks(tasks):
+        try:
+            names += [registry.mirrored(task.image, config.image_mirror)] if task.image else []
+        except SandboxError as exc:
+            raise UserError(f"{tasks}: task {task.instance_id}: {exc}") from None
     wanted = sorted({n for n in names if not n.startswith(registry.LOCAL_NAMESPACE)})
     local = len(set(names)) - len(wanted)
     client = docker_client()

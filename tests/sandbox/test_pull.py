@@ -49,6 +49,21 @@ def test_mirror_replaces_the_longest_prefix_of_the_full_name():
     assert mirrored(None, mirrors) is None
 
 
+def test_the_kubernetes_pod_spec_gets_the_mirrored_name():
+    from patchgym.sandbox.errors import SandboxError
+    from patchgym.sandbox.kubernetes import KubernetesSandbox
+
+    class SpecOnly(KubernetesSandbox):  # stops where the cluster would be asked, with the pod it would create
+        def _setup_once(self, kcfg):
+            raise SandboxError(json.dumps(self.pod_manifest(self._image_tag())))
+
+    config = SandboxConfig(backend="kubernetes", image_mirror={"swebench/": "mirror.local:5000/swebench/"})
+    with pytest.raises(SandboxError) as caught:
+        SpecOnly(config, image="swebench/sweb.eval.x86_64.a_1776_b:latest")
+    container = json.loads(str(caught.value))["spec"]["containers"][0]
+    assert container["image"] == "mirror.local:5000/swebench/sweb.eval.x86_64.a_1776_b:latest"
+
+
 def test_login_comes_from_the_config_else_the_docker_config(tmp_path, monkeypatch):
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
     token = base64.b64encode(b"alice:from-file").decode()
