@@ -6,9 +6,7 @@ bare = the task's test command alone in a ready sandbox of its image (bug applie
 grade = grade_patch of the gold fix: fresh sandbox from a warm pool, bug, snapshot, patch, restore the grader's
 files, run with the structured report, parse. Target: grade / bare <= 1.3.
 
-    python bench/grading.py pull [--gb 1.0] [--layers 4] [--repeat 2] [--json]
-
-the other half, in bench/pull.py: the pull time of a large image from a local registry, patchgym against `docker pull`.
+The pull half is bench/pull.py: a 1 GB image from a local registry through patchgym against `docker pull`.
 """
 
 import argparse
@@ -89,8 +87,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["pull"]:
-        from pull import main as pull_main
-
-        sys.exit(pull_main(sys.argv[2:]))
     sys.exit(main())

@@ -1,7 +1,7 @@
 """Pull time of a large image from a local registry: patchgym's pull (the SDK's stream, byte progress) against plain
-`docker pull`, each from an engine that lacks every layer. Run through bench/grading.py:
+`docker pull`, each from an engine that lacks every layer (the pull half of bench/grading.py's cost figures):
 
-    python bench/grading.py pull [--gb 1.0] [--layers 4] [--repeat 2] [--json]
+    python bench/pull.py [--gb 1.0] [--layers 4] [--repeat 2] [--json]
 
 The image is made here from random data (incompressible, so a pull moves all of it), loaded with `docker load`,
 pushed with a login to Debian's docker-registry on 127.0.0.1 (tests/registry.py starts it), and removed locally.
@@ -141,3 +141,7 @@ def main(argv: list[str]) -> int:
               f"{result['push_s']:.1f} s): patchgym {result['patchgym_s']:.1f} s, docker pull "
               f"{result['docker_pull_s']:.1f} s, ratio {result['ratio']:.2f} (median of {args.repeat})")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
