@@ -2,7 +2,7 @@
 (bcrypt), plain HTTP (the engine treats 127.0.0.0/8 as insecure), storage in a tmp dir; and a push helper.
 
     def test_x(local_registry):           # a LocalRegistry: .host ("127.0.0.1:PORT"), .username, .password
-        name = local_registry.push("patchgym/base:KEY", "pg-images-test/base:1")   # -> "127.0.0.1:PORT/pg-images-test/base:1"
+        name = local_registry.push("patchgym/base:KEY", "pg-test/base:1")   # "127.0.0.1:PORT/pg-test/base:1"
 """
 
 import shutil
@@ -54,7 +54,8 @@ def _htpasswd(username: str, password: str) -> str:
                           text=True).stdout.strip() + "\n"
 
 
-def start_registry(root: Path, username: str = "patchgym", password: str = "s3cret-registry") -> tuple[subprocess.Popen, LocalRegistry]:
+def start_registry(root: Path, username: str = "patchgym",
+                   password: str = "s3cret-registry") -> tuple[subprocess.Popen, LocalRegistry]:
     """Start a registry serving from `root`; returns its process (the caller stops it) and how to reach it."""
     import requests
 

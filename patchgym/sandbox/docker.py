@@ -40,6 +40,8 @@ def resolve_image(image, client, config=None) -> str:
 
     if image is None or isinstance(image, images.ImageRecipe):
         return images.ensure_docker_image(image or images.base_recipe(), client=client)
+    if image.endswith(".tar"):
+        return _load_save_tar(client, Path(image))
     if image.startswith(registry.LOCAL_NAMESPACE):
         try:
             client.images.get(image)
@@ -48,6 +50,24 @@ def resolve_image(image, client, config=None) -> str:
                                "(`patchgym image build` builds the base image)") from None
         return image
     return ensure_pulled(client, image, config.registry_auth if config else None)
+
+
+def _load_save_tar(client, path: Path) -> str:
+    """The image of a `docker save` tar, loaded into the engine unless an image with its id is there already."""
+    import docker
+
+    from patchgym.sandbox.unpack import save_tar_id
+
+    image_id = save_tar_id(path)
+    try:
+        client.images.get(image_id)
+    except docker.errors.ImageNotFound:
+        with path.open("rb") as f:
+            try:
+                client.images.load(f)
+            except docker.errors.APIError as exc:
+                raise SandboxError(f"{path}: the Docker engine could not load it: {exc}") from exc
+    return image_id
 
 
 class DockerSandbox(Sandbox):

@@ -19,7 +19,7 @@ from patchgym.sandbox.base import RUNNER_SOURCE, Sandbox
 from patchgym.sandbox.channel import Channel, PipeChannel
 from patchgym.sandbox.errors import SandboxError
 from patchgym.sandbox.limits import Cgroup, parent_dirs
-from patchgym.sandbox.unpack import unpacked_rootfs
+from patchgym.sandbox.unpack import engine_rootfs, tar_rootfs
 
 MAX_LOWERDIR = 3800  # mount options fit in one page (4096 bytes) with the upper and work dirs
 LOCAL_FIX = "install them with `apt-get install -y bubblewrap util-linux` and run as root, or use `sandbox.backend=docker`"
@@ -43,11 +43,25 @@ def resolve_rootfs(image, config=None) -> tuple[list[Path], dict[str, str]]:
     if image.startswith(registry.LOCAL_NAMESPACE):
         raise SandboxError(f"no rootfs for image {image!r} under {paths.rootfs_dir()}; build it first "
                            "(`patchgym image build` builds the base image)")
-    layers, env = unpacked_rootfs(image, config.registry_auth if config else None)
+    layers, env = tar_rootfs(Path(image)) if image.endswith(".tar") else _engine_rootfs(image, config)
     if len(":".join(map(str, layers))) > MAX_LOWERDIR:
         raise SandboxError(f"image {image!r} has {len(layers)} layers, more than one overlay mount can stack here "
                            f"({MAX_LOWERDIR} bytes of lowerdir); squash it (`docker export | docker import`)")
     return layers, env
+
+
+def _engine_rootfs(image: str, config) -> tuple[list[Path], dict[str, str]]:
+    from patchgym.sandbox.docker import docker_client
+    from patchgym.sandbox.pull import ensure_pulled
+
+    try:
+        client = docker_client()
+    except SandboxError as exc:
+        raise SandboxError(f"the local backend takes image {image!r} from the Docker engine, and {exc}. Without an "
+                           f"engine, give a `docker save` tar instead: sandbox.image=/path/image.tar, made with "
+                           f"`docker save {image} -o image.tar` where Docker runs") from exc
+    ensure_pulled(client, image, config.registry_auth if config else None)
+    return engine_rootfs(client, image)
 
 
 class LocalSandbox(Sandbox):

@@ -5,6 +5,10 @@ the image, or saved from the local engine, pulled into it first if need be) into
                                 `.wh.NAME`, the xattr trusted.overlay.opaque=y for `.wh..wh..opq`); shared by images
     rootfs/images/<image id>.json   the image's layers (top first), Env and WorkingDir from its config
 
+One dir per layer rather than one flattened tree: images built on the same base share its dirs, and stacking is
+free here (python3 started from 1, 11 or 41 lower layers took the same 0.3-0.4 s, mount included); a stack longer
+than one mount's options allow is refused by the local backend with the fix.
+
 A layer directory is renamed into place whole once its content hashed to its diff id, and the image's file is
 written last, so a crash mid-unpack leaves only scratch that the next unpack under the same lock removes.
 """
@@ -30,16 +34,14 @@ class ImageUnpackError(SandboxError):
     """An image whose save tar is unreadable, malformed or unsafe (a member that would land outside its layer)."""
 
 
-def unpacked_rootfs(image: str, auth=None) -> tuple[list[Path], dict[str, str]]:
-    """The layer dirs (top first) and environment of `image`: a `docker save` tar path, or a name in (or pulled
-    into) the local Docker engine."""
-    if image.endswith(".tar"):
-        return _meta_rootfs(unpack_save_tar(Path(image)))
-    from patchgym.sandbox.docker import docker_client
-    from patchgym.sandbox.pull import ensure_pulled
+def tar_rootfs(path: Path) -> tuple[list[Path], dict[str, str]]:
+    """The layer dirs (top first) and environment of the image in a `docker save` tar, unpacked once."""
+    return _meta_rootfs(unpack_save_tar(path))
 
-    client = docker_client()
-    ensure_pulled(client, image, auth)
+
+def engine_rootfs(client, image: str) -> tuple[list[Path], dict[str, str]]:
+    """The layer dirs (top first) and environment of `image` in the Docker engine behind `client`, saved from it
+    and unpacked once."""
     found = client.images.get(image)
     meta = _image_meta(found.id)
     if not meta.is_file():
@@ -57,11 +59,15 @@ def unpacked_rootfs(image: str, auth=None) -> tuple[list[Path], dict[str, str]]:
     return _meta_rootfs(meta)
 
 
+def save_tar_id(path: Path) -> str:
+    """The image id of the image in a `docker save` tar: the digest of its config."""
+    return "sha256:" + hashlib.sha256(_read_save(path)[2]).hexdigest()
+
+
 def unpack_save_tar(path: Path) -> Path:
     """Unpack the image in a `docker save` tar (Docker's format, or the OCI layout with its manifest.json) once;
     returns its image file."""
-    manifest, config, config_bytes = _read_save(path)
-    image_id = "sha256:" + hashlib.sha256(config_bytes).hexdigest()
+    image_id = save_tar_id(path)
     meta = _image_meta(image_id)
     if not meta.is_file():
         with file_lock(f"unpack-{_hex(image_id)}"):

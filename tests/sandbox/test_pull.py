@@ -42,7 +42,7 @@ def test_mirror_replaces_the_longest_prefix_of_the_full_name():
     assert mirrored("swebench/sweb.eval.x:1", mirrors) == "127.0.0.1:5000/swebench/sweb.eval.x:1"
     assert mirrored("docker.io/swebench/y", mirrors) == "127.0.0.1:5000/swebench/y:latest"
     assert mirrored("python:3.11", mirrors) == "mirror.local:5000/library/python:3.11"
-    assert mirrored("xingyaoww/sweb.eval.x86_64.a_s_b:latest", mirrors) == "mirror.local:5000/xingyaoww/sweb.eval.x86_64.a_s_b:latest"
+    assert mirrored("xingyaoww/sweb.eval.a_s_b:latest", mirrors) == "mirror.local:5000/xingyaoww/sweb.eval.a_s_b:latest"
     assert mirrored("ghcr.io/a/b:1", mirrors) == "ghcr.io/a/b:1"
     assert mirrored("patchgym/base:1234", mirrors) == "patchgym/base:1234"  # built here, in no registry
     assert mirrored("/data/image.tar", mirrors) == "/data/image.tar"

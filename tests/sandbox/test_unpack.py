@@ -18,7 +18,7 @@ from patchgym.paths import rootfs_dir
 from patchgym.sandbox import SandboxConfig, open_sandbox
 from patchgym.sandbox.docker import docker_client
 from patchgym.sandbox.images import base_recipe, ensure_docker_image
-from patchgym.sandbox.unpack import ImageUnpackError, unpack_save_tar, unpacked_rootfs
+from patchgym.sandbox.unpack import ImageUnpackError, engine_rootfs, unpack_save_tar
 from sandbox_images import MARK, absent
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -166,7 +166,7 @@ def test_the_local_backend_runs_an_image_only_the_engine_has(whiteout_image, mod
 
 @pytest.mark.local
 @pytest.mark.docker
-def test_a_save_tar_runs_on_the_local_backend_sharing_layers(whiteout_image, module_store, monkeypatch, tmp_path,
+def test_a_save_tar_runs_on_both_backends_sharing_layers(whiteout_image, module_store, monkeypatch, tmp_path,
                                                               ready_backend):
     ready_backend("local")
     monkeypatch.setenv("PATCHGYM_HOME", str(module_store))
@@ -178,11 +178,17 @@ def test_a_save_tar_runs_on_the_local_backend_sharing_layers(whiteout_image, mod
         for chunk in client.images.get(tag).save(named=True):
             out.write(chunk)
     absent(tag)  # only the tar has it now
-    unpacked_rootfs(whiteout_image)
+    engine_rootfs(client, whiteout_image)
     before = set(os.listdir(rootfs_dir() / "layers"))
     with open_sandbox(SandboxConfig(backend="local", workdir="/"), image=str(tar)) as sandbox:
         assert sandbox.exec(CHECK).output.split() == ["b", "c", MARK]
     assert len(set(os.listdir(rootfs_dir() / "layers")) - before) == 1  # its new layer; the others are shared
+    try:
+        for _ in range(2):  # loaded into the engine once, found by its id the second time
+            with open_sandbox(SandboxConfig(backend="docker", workdir="/"), image=str(tar)) as sandbox:
+                assert sandbox.exec(CHECK).output.split() == ["b", "c", MARK]
+    finally:
+        absent(tag)
 
 
 @pytest.mark.local
