@@ -109,7 +109,8 @@ def images_pull(tasks: Path = typer.Option(..., help="tasks JSONL whose images t
                 concurrency: int = typer.Option(4, min=1, help="pulls at once"),
                 force: bool = typer.Option(False, "--force", help="pull even when the disk looks too small"),
                 files: list[Path] = ConfigFiles, overrides: list[str] = Overrides) -> None:
-    """Pull the distinct images of a task set into the Docker engine, after checking the disk they need."""
+    """Pull the distinct images of a task set into the Docker engine, after checking the disk they need; with
+    sandbox.backend=local, also unpack them into the rootfs cache."""
     from patchgym.sandbox import prepull, registry
     from patchgym.sandbox.docker import docker_client
     from patchgym.tasks import read_tasks
@@ -133,13 +134,23 @@ def images_pull(tasks: Path = typer.Option(..., help="tasks JSONL whose images t
         console.print(f"[yellow]size unknown: {image}: {why}[/yellow]", soft_wrap=True)
     prepull.refuse_if_short(disk, force)
     results = prepull.pull_all(disk, config, client, concurrency=concurrency)
+    if config.backend == "local":  # its sandboxes start from rootfs layers: unpack them now, not at the first start
+        from patchgym.sandbox.local import resolve_rootfs
+
+        for r in (r for r in results if r.status != "failed"):
+            start = time.monotonic()
+            try:
+                resolve_rootfs(r.image, config)
+            except SandboxError as exc:
+                r.status, r.reason, r.detail = "failed", "unpack", str(exc)
+            r.seconds += time.monotonic() - start
     table = Table(title=f"{len(results)} images of {tasks}")
     for column in ("image", "status", "seconds"):
         table.add_column(column, no_wrap=True)
     table.add_column("detail")
     for r in results:
         status = f"{r.status}: {r.reason}" if r.reason else r.status
-        table.add_row(r.image, status, f"{r.seconds:.1f}" if r.status == "pulled" else "", r.detail)
+        table.add_row(r.image, status, f"{r.seconds:.1f}" if r.seconds else "", r.detail)
     console.print(table)
     counts = {s: sum(r.status == s for r in results) for s in ("pulled", "present", "failed")}
     console.print(", ".join(f"{n} {s}" for s, n in counts.items()))

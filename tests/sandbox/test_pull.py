@@ -176,3 +176,18 @@ def test_images_pull_refuses_a_too_small_disk_simulated(pushed, local_registry, 
     assert "only 0.00 GB is free on /var/lib/docker" in result.stdout and "--force" in result.stdout
     with pytest.raises(Exception):
         docker_client().images.get(pushed)
+
+
+@pytest.mark.local
+def test_images_pull_for_the_local_backend_also_unpacks(pushed, local_registry, tiny_task, tmp_path, monkeypatch):
+    absent(pushed)
+    monkeypatch.setenv("PATCHGYM_HOME", str(tmp_path / "store"))
+    tasks = _tasks_file(tmp_path, tiny_task, [pushed])
+    overrides = ["sandbox.backend=local", f"sandbox.registry_auth={json.dumps({local_registry.host: local_registry.login})}"]
+    result = CliRunner().invoke(app, ["images", "pull", "--tasks", str(tasks), *overrides])
+    assert result.exit_code == 0, result.stdout
+    assert "1 pulled, 0 present, 0 failed" in result.stdout
+    [meta] = (tmp_path / "store" / "rootfs" / "images").glob("*.json")
+    layers = json.loads(meta.read_text())["layers"]
+    assert all((tmp_path / "store" / "rootfs" / "layers" / layer / ".").is_dir() for layer in layers)
+    assert (tmp_path / "store" / "rootfs" / "layers" / layers[0] / "opt" / "pg-mark").read_text().strip() == MARK
