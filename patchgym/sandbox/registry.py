@@ -18,11 +18,21 @@ MANIFEST_TYPES = ", ".join([
 ])
 
 
+_BUILT_HERE = "an image made here must be built first (`patchgym image build` builds the base image)"
+FIXES = {
+    "unauthorized": "give its login in sandbox.registry_auth or run `docker login {registry}`",
+    "not found": "check the name and tag; " + _BUILT_HERE,
+    "unreachable": "check the network, or pull through a mirror (sandbox.image_mirror); " + _BUILT_HERE,
+}
+
+
 class ImagePullError(SandboxError):
     """An image that could not be had from its registry; `reason` is unauthorized, not found, unreachable or failed."""
 
     def __init__(self, image: str, registry: str, reason: str, detail: str):
-        super().__init__(f"cannot pull image {image!r} from registry {registry}: {reason} ({detail})")
+        fix = FIXES.get(reason, "").format(registry=registry)
+        super().__init__(f"cannot pull image {image!r} from registry {registry}: {reason} ({detail})"
+                         + (f"; {fix}" if fix else ""))
         self.image, self.registry, self.reason, self.detail = image, registry, reason, detail
 
 
