@@ -10,6 +10,8 @@ fresh sandbox) against its eval script run by hand in the same image: `docker ru
 bare = the task's test command alone in a ready sandbox of its image (bug applied, nothing else);
 grade = grade_patch of the gold fix: fresh sandbox from a warm pool, bug, snapshot, patch, restore the grader's
 files, run with the structured report, parse. Target: grade / bare <= 1.3.
+
+The pull half is bench/pull.py: a 1 GB image from a local registry through patchgym against `docker pull`.
 """
 
 import argparse

@@ -32,8 +32,9 @@ class UserErrorsExit2(TyperGroup):
 
 app = typer.Typer(cls=UserErrorsExit2, no_args_is_help=True, add_completion=False,
                   help="Train and evaluate SWE agents with RL.")
-image_app = typer.Typer(no_args_is_help=True, help="Build images (no registry needed).")
+image_app = typer.Typer(no_args_is_help=True, help="Build images (no registry needed), or pull a task set's.")
 app.add_typer(image_app, name="image")
+app.add_typer(image_app, name="images", hidden=True)  # `patchgym images pull` reads better; both names work
 
 ConfigFiles = typer.Option([], "--config", "-c", help="YAML config file(s), merged in order")
 Overrides = typer.Argument(None, help="overrides like sandbox.backend=local", show_default=False)
@@ -101,6 +102,60 @@ def image_build(backend: str = typer.Option("all", help="docker, local or all"),
     if backend in ("docker", "all"):
         console.print(f"docker image: {images.ensure_docker_image(recipe)}")
     console.print(f"base image {recipe.tag} ready in {time.perf_counter() - start:.1f} s")
+
+
+@image_app.command("pull")
+def images_pull(tasks: Path = typer.Option(..., help="tasks JSONL whose images to pull"),
+                concurrency: int = typer.Option(4, min=1, help="pulls at once"),
+                force: bool = typer.Option(False, "--force", help="pull even when the disk looks too small"),
+                files: list[Path] = ConfigFiles, overrides: list[str] = Overrides) -> None:
+    """Pull the distinct images of a task set into the Docker engine, after checking the disk they need; with
+    sandbox.backend=local, also unpack them into the rootfs cache."""
+    from patchgym.sandbox import prepull, registry
+    from patchgym.sandbox.docker import docker_client
+    from patchgym.tasks import read_tasks
+
+    from patchgym.sandbox.errors import SandboxError
+
+    config = _config(files, overrides).sandbox
+    names = []
+    for task in read_tasks(tasks):
+        try:
+            names += [registry.mirrored(task.image, config.image_mirror)] if task.image else []
+        except SandboxError as exc:
+            raise UserError(f"{tasks}: task {task.instance_id}: {exc}") from None
+    wanted = sorted({n for n in names if not n.startswith(registry.LOCAL_NAMESPACE)})
+    local = len(set(names)) - len(wanted)
+    client = docker_client()
+    disk = prepull.plan(wanted, config, client, concurrency=concurrency)
+    console.print(disk.line() + (f"; {local} patchgym/ images are built, not pulled (`patchgym tasks build`)"
+                                 if local else ""), soft_wrap=True)
+    for image, why in disk.unknown.items():
+        console.print(f"[yellow]size unknown: {image}: {why}[/yellow]", soft_wrap=True)
+    prepull.refuse_if_short(disk, force)
+    results = prepull.pull_all(disk, config, client, concurrency=concurrency)
+    if config.backend == "local":  # its sandboxes start from rootfs layers: unpack them now, not at the first start
+        from patchgym.sandbox.local import resolve_rootfs
+
+        for r in (r for r in results if r.status != "failed"):
+            start = time.monotonic()
+            try:
+                resolve_rootfs(r.image, config)
+            except SandboxError as exc:
+                r.status, r.reason, r.detail = "failed", "unpack", str(exc)
+            r.seconds += time.monotonic() - start
+    table = Table(title=f"{len(results)} images of {tasks}")
+    for column in ("image", "status", "seconds"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("detail")
+    for r in results:
+        status = f"{r.status}: {r.reason}" if r.reason else r.status
+        table.add_row(r.image, status, f"{r.seconds:.1f}" if r.seconds else "", r.detail)
+    console.print(table)
+    counts = {s: sum(r.status == s for r in results) for s in ("pulled", "present", "failed")}
+    console.print(", ".join(f"{n} {s}" for s, n in counts.items()))
+    if counts["failed"]:
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -3,7 +3,8 @@
 # Safe to run again: installs only what is missing, starts dockerd only when none answers.
 set -euo pipefail
 
-PACKAGES=(docker.io bubblewrap debootstrap util-linux git make python3-venv chromium chromium-driver)
+PACKAGES=(docker.io bubblewrap debootstrap util-linux git make python3-venv chromium chromium-driver
+          docker-registry apache2-utils)  # the last two: the tests' local registry (basic auth, htpasswd -B)
 DOCKERD_LOG=${DOCKERD_LOG:-/var/log/patchgym-dockerd.log}
 
 missing=()

@@ -14,6 +14,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from patchgym.sandbox import lifecycle  # noqa: E402
 from patchgym.tasks import Task  # noqa: E402
+from registry import local_registry  # noqa: E402,F401  (a real registry, for tests of pulls)
 
 TEST_RUN_ID = f"pytest-{os.getpid()}"
 lifecycle.set_run_id(TEST_RUN_ID)
@@ -46,7 +47,7 @@ def local_unavailable() -> str | None:
 # The `sandbox` marker is the heavy tier: tests that need a real sandbox backend or the Kubernetes cluster (any of
 # these fixtures or markers), or that start other real infrastructure or run long (the modules below, with why).
 # `pytest -m "not sandbox"` is the fast tier: the loop, rollout, rl, config and trainer logic, in-process.
-SANDBOX_FIXTURES = {"backend", "ready_backend", "base_image", "k8s_cluster", "ci_tasks"}
+SANDBOX_FIXTURES = {"backend", "ready_backend", "base_image", "k8s_cluster", "ci_tasks", "local_registry"}
 SANDBOX_MARKERS = {"docker", "local", "kubernetes", "sandbox"}
 HEAVY = {
     "cluster": "a real multi-node Ray cluster",

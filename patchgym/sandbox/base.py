@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from patchgym.sandbox import lifecycle
+from patchgym.sandbox import lifecycle, registry
 from patchgym.sandbox.channel import Channel
 from patchgym.sandbox.config import SandboxConfig
 from patchgym.sandbox.errors import DiffFailed, DiffTooLarge, SandboxError, SandboxKilled
@@ -51,7 +51,8 @@ class Sandbox:
 
     def __init__(self, config: SandboxConfig | None = None, *, image: Any = None, labels: dict[str, str] | None = None):
         self.config = config or SandboxConfig()
-        self.image = image if image is not None else self.config.image
+        # One place for every backend (a kubernetes pod spec too): the name is rewritten before it is resolved.
+        self.image = registry.mirrored(image if image is not None else self.config.image, self.config.image_mirror)
         self.id = f"pg-{uuid.uuid4().hex[:12]}"
         self.run_id = lifecycle.run_id()
         self.labels = {lifecycle.LABEL_SANDBOX: "1", lifecycle.LABEL_RUN: self.run_id,

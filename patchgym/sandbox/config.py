@@ -1,6 +1,6 @@
 """The `sandbox:` section of a patchgym config: which backend, which image, and the limits every sandbox gets."""
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from patchgym.sandbox.kubernetes_config import KubernetesConfig
 
@@ -12,11 +12,18 @@ BACKENDS = {
 }
 
 
+class RegistryLogin(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    username: str
+    password: SecretStr = Field(description="kept out of printed and saved configs")
+
+
 class SandboxConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     backend: str = Field("docker", description="docker (Docker engine), local (bubblewrap + overlayfs), kubernetes (one pod each), or 'pkg.module:Class'")
-    image: str | None = Field(None, description="image tag (docker) or image key (local); None = the patchgym base image")
+    image: str | None = Field(None, description="image name (pulled when missing), a recipe's tag, or a `docker save` .tar (local); None = the patchgym base image")
     workdir: str = Field("/testbed", description="default working directory of commands")
     network: bool = Field(False, description="give sandboxes a network (off by default)")
     memory_mb: int = Field(4096, gt=0, description="memory limit per sandbox")
@@ -32,6 +39,12 @@ class SandboxConfig(BaseModel):
                             description="uid and gid of the agent's commands (exec with agent=True), which need no "
                                         "/etc/passwd entry; the runner and grading stay root")
     env: dict[str, str] = Field(default_factory=dict, description="environment variables for every command")
+    registry_auth: dict[str, RegistryLogin] | str | None = Field(
+        None, description="registry host -> {username, password}, or the path of a Docker config.json; "
+                          "None = the user's ~/.docker/config.json (as `docker pull` reads it)")
+    image_mirror: dict[str, str] = Field(
+        default_factory=dict, description="image name prefix -> replacement, e.g. {'swebench/': "
+                                          "'mirror.local:5000/swebench/'} or {'docker.io/': 'mirror.local:5000/'}")
     kubernetes: KubernetesConfig = Field(default_factory=KubernetesConfig, description="the kubernetes backend's cluster and pod spec")
 
     @field_validator("backend")

@@ -9,11 +9,12 @@ import functools
 import time
 from pathlib import Path
 
-from patchgym.sandbox import images
+from patchgym.sandbox import images, registry
 from patchgym.sandbox.base import RUNNER_SOURCE, Sandbox
 from patchgym.sandbox.channel import Channel, DockerAttachChannel
 from patchgym.sandbox.errors import SandboxError
 from patchgym.sandbox.limits import oom_kill_count
+from patchgym.sandbox.pull import ensure_pulled
 
 DOCKER_FIX = ("start the Docker engine (`dockerd &`, or `systemctl start docker`), install it with "
               "`apt-get install -y docker.io`, or use `sandbox.backend=local`")
@@ -33,18 +34,40 @@ def docker_client():
     return client
 
 
-def resolve_image(image, client) -> str:
-    """An image tag to run: recipes are built on demand, tags must exist."""
+def resolve_image(image, client, config=None) -> str:
+    """An image tag to run: recipes are built on demand, a name the engine lacks is pulled from its registry."""
     import docker
 
     if image is None or isinstance(image, images.ImageRecipe):
         return images.ensure_docker_image(image or images.base_recipe(), client=client)
+    if image.endswith(".tar"):
+        return _load_save_tar(client, Path(image))
+    if image.startswith(registry.LOCAL_NAMESPACE):
+        try:
+            client.images.get(image)
+        except docker.errors.ImageNotFound:
+            raise SandboxError(f"Docker image {image!r} not found; build it first "
+                               "(`patchgym image build` builds the base image)") from None
+        return image
+    return ensure_pulled(client, image, config.registry_auth if config else None)
+
+
+def _load_save_tar(client, path: Path) -> str:
+    """The image of a `docker save` tar, loaded into the engine unless an image with its id is there already."""
+    import docker
+
+    from patchgym.sandbox.unpack import save_tar_id
+
+    image_id = save_tar_id(path)
     try:
-        client.images.get(image)
+        client.images.get(image_id)
     except docker.errors.ImageNotFound:
-        raise SandboxError(f"Docker image {image!r} not found; build it first "
-                           "(`patchgym image build` builds the base image)") from None
-    return image
+        with path.open("rb") as f:
+            try:
+                client.images.load(f)
+            except docker.errors.APIError as exc:
+                raise SandboxError(f"{path}: the Docker engine could not load it: {exc}") from exc
+    return image_id
 
 
 class DockerSandbox(Sandbox):
@@ -56,7 +79,7 @@ class DockerSandbox(Sandbox):
         self._container_id = None
         self._started_at = int(time.time())
         client = docker_client()
-        tag = resolve_image(self.image, client)
+        tag = resolve_image(self.image, client, self.config)
         cfg = self.config
         api = client.api
         try:

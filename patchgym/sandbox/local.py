@@ -21,12 +21,14 @@ import time
 from pathlib import Path
 
 from patchgym import paths
-from patchgym.sandbox import images
+from patchgym.sandbox import images, registry
 from patchgym.sandbox.base import RUNNER_SOURCE, Sandbox
 from patchgym.sandbox.channel import Channel, PipeChannel
 from patchgym.sandbox.errors import SandboxError
 from patchgym.sandbox.limits import Cgroup, parent_dirs
+from patchgym.sandbox.unpack import engine_rootfs, tar_rootfs
 
+MAX_LOWERDIR = 3800  # mount options fit in one page (4096 bytes) with the upper and work dirs
 LOCAL_FIX = "install them with `apt-get install -y bubblewrap util-linux` and run as root, or use `sandbox.backend=docker`"
 # Host uids and gids the sandbox's user namespace maps, each onto itself: root and every ordinary user of an image.
 ID_MAP = "0 0 65536\n"
@@ -38,16 +40,37 @@ exec "$@"
 """
 
 
-def resolve_rootfs(image) -> tuple[list[Path], dict[str, str]]:
-    """The overlay lower layers (top first) and the environment of an image given as a recipe, a tag or None."""
+def resolve_rootfs(image, config=None) -> tuple[list[Path], dict[str, str]]:
+    """The overlay lower layers (top first) and the environment of an image given as a recipe, a recipe's tag, a
+    `docker save` tar or any other image name (unpacked once from the local Docker engine, pulled into it if need be)."""
     if image is None or isinstance(image, images.ImageRecipe):
         recipe = image or images.base_recipe()
         return images.ensure_rootfs(recipe), images.image_env(recipe)
     found = images.find_rootfs(image)
-    if found is None:
+    if found is not None:
+        return found
+    if image.startswith(registry.LOCAL_NAMESPACE):
         raise SandboxError(f"no rootfs for image {image!r} under {paths.rootfs_dir()}; build it first "
                            "(`patchgym image build` builds the base image)")
-    return found
+    layers, env = tar_rootfs(Path(image)) if image.endswith(".tar") else _engine_rootfs(image, config)
+    if len(":".join(map(str, layers))) > MAX_LOWERDIR:
+        raise SandboxError(f"image {image!r} has {len(layers)} layers, more than one overlay mount can stack here "
+                           f"({MAX_LOWERDIR} bytes of lowerdir); squash it (`docker export | docker import`)")
+    return layers, env
+
+
+def _engine_rootfs(image: str, config) -> tuple[list[Path], dict[str, str]]:
+    from patchgym.sandbox.docker import docker_client
+    from patchgym.sandbox.pull import ensure_pulled
+
+    try:
+        client = docker_client()
+    except SandboxError as exc:
+        raise SandboxError(f"the local backend takes image {image!r} from the Docker engine, and {exc}. Without an "
+                           f"engine, give a `docker save` tar instead: sandbox.image=/path/image.tar, made with "
+                           f"`docker save {image} -o image.tar` where Docker runs") from exc
+    ensure_pulled(client, image, config.registry_auth if config else None)
+    return engine_rootfs(client, image)
 
 
 class LocalSandbox(Sandbox):
@@ -59,7 +82,7 @@ class LocalSandbox(Sandbox):
         for tool in ("bwrap", "unshare", "mount"):
             if shutil.which(tool) is None:
                 raise SandboxError(f"the local backend needs `{tool}`; {LOCAL_FIX}")
-        layers, env = resolve_rootfs(self.image)
+        layers, env = resolve_rootfs(self.image, self.config)
         cfg = self.config
         self._dir = paths.sandboxes_dir() / self.id
         upper, work, merged = (self._dir / n for n in ("upper", "work", "merged"))
