@@ -146,9 +146,12 @@ def _via_swesmith(rows: list[dict]) -> list[Spec | TaskError]:
             results.append(TaskError(f"no execution spec: {answer['error']}"))
             continue
         spec = answer["spec"]
-        # The image the harness runs is the profile's (rp.image_name), not the row's local image_name.
+        # The row's image_name where it names a published image (`<namespace>/swesmith.x86_64...`); the 2025-06 rows
+        # carry the harness's local name (no namespace), and then the image is the profile's (rp.image_name).
+        image = row.get("image") or ""  # the converted fields: image_name is `image` here
         results.append(dict(eval_script=smith_eval_script(row["instance_id"], spec["test_cmd"], spec["test_files"]),
-                            image=spec["image"], log_parser="swesmith", eval_type="pass_and_fail"))
+                            image=image if "/" in image else spec["image"], log_parser="swesmith",
+                            eval_type="pass_and_fail"))
     return results
 
 
