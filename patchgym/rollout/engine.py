@@ -18,6 +18,7 @@ import contextlib
 import logging
 import re
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +37,7 @@ from patchgym.rollout.config import RolloutConfig
 from patchgym.rollout.store import TrajectoryStore
 from patchgym.sandbox import SandboxConfig
 from patchgym.sandbox.pool import PoolSet
-from patchgym.tasks import Task
+from patchgym.tasks import Task, TaskError
 from patchgym.termination import UNGRADED
 
 log = logging.getLogger(__name__)
@@ -116,7 +117,8 @@ class RolloutEngine:
         already count the recorded ones."""
         keys = {trajectory_id(t, s, prefix): (t, s) for t in tasks for s in range(samples)}
         if len(keys) != len(tasks) * samples:
-            raise ValueError("task ids must be unique within a rollout")
+            twice = sorted(i for i, n in Counter(t.instance_id for t in tasks).items() if n > 1)
+            raise TaskError(f"task ids must be unique within a rollout; given more than once: {', '.join(twice)}")
         finished = self.store.finished()
         todo = [(k, t, s) for k, (t, s) in keys.items() if k not in finished]
         self.stats = stats(total=len(keys), resumed=len(keys) - len(todo))
