@@ -74,14 +74,15 @@ def check_trajectory(trajectory: Trajectory, tokenizer) -> TrajectoryCheck:
         elif any(not (lp <= 0.0) for lp in turn.logprobs if not math.isnan(lp)):
             result.errors.append(f"{where}: a logprob above 0")
         content_ids, close = tokens.split_completion(tokenizer, before, turn.completion_ids)
-        content = tokenizer.decode(content_ids, skip_special_tokens=False)
-        if content != messages[at]["content"] or content != turn.action:
-            result.errors.append(f"{where}: the sampled ids decode to {content[:60]!r}, the record says "
-                                 f"{messages[at]['content'][:60]!r}")
+        sampled = tokens.sampled_turn(tokenizer, before, turn.completion_ids)
+        if sampled.content != messages[at]["content"] or sampled.action != turn.action:
+            result.errors.append(f"{where}: the sampled ids decode to {sampled.content[-60:]!r}, the record says "
+                                 f"{messages[at]['content'][-60:]!r}")
         if close != turn.close_ids:
             result.errors.append(f"{where}: close ids {turn.close_ids} but the template closes with {close}")
         result.sampled_segments += 1
-        if tokenizer.encode(content, add_special_tokens=False) != content_ids:
+        text = tokenizer.decode(content_ids, skip_special_tokens=False)
+        if tokenizer.encode(text, add_special_tokens=False) != content_ids:
             result.non_canonical += 1
     return result
 
@@ -98,5 +99,13 @@ def run_model_spec(run_dir: Path) -> str | None:
 
 
 def check_run(run_dir: Path, tokenizer) -> RunCheck:
-    """Check every trajectory with turns in a run directory (every iteration of a train run) or a file."""
-    return RunCheck([check_trajectory(t, tokenizer) for t in read_trajectories(run_dir) if t.turns])
+    """Check every trajectory with turns in a run directory (every iteration of a train run) or a file, each with
+    the chat template it was played with (recorded in its `engine`), else the tokenizer's."""
+    default = tokenizer.chat_template
+    checks = []
+    for trajectory in read_trajectories(run_dir):
+        if trajectory.turns:
+            tokenizer.chat_template = trajectory.engine.get("chat_template", default)
+            checks.append(check_trajectory(trajectory, tokenizer))
+    tokenizer.chat_template = default
+    return RunCheck(checks)

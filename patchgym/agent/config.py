@@ -86,6 +86,10 @@ class AgentConfig(BaseModel):
     observation_template: str = Field(OBSERVATION, description="Jinja; variables: observation, steps_remaining")
     observation_role: Literal["user", "tool"] = Field(
         "user", description="chat role of observations; 'user' works with every chat template")
+    history: Literal["keep"] = Field("keep", description=(
+        "keep: every turn's sampled text, thinking included, stays in the chat verbatim, so each prompt extends "
+        "the previous one (templates that drop old thinking, like Qwen3's, are adapted and checked at start-up: "
+        "patchgym.agent.history)"))
     max_steps: int = Field(50, ge=1, description="turns before `max_steps` (eval uses 100: patchgym/eval/defaults.yaml)")
     max_context_tokens: int = Field(8192, ge=16, description=(
         "prompt + all sampled tokens, checked before each generation (`max_context`); a turn cut to fit still "

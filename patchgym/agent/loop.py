@@ -108,7 +108,10 @@ async def engine_generate(engine: Engine, ids: list[int], messages: list[dict], 
 
 
 def describe_engine(engine: Engine) -> dict:
-    return {"class": type(engine).__name__, "model": getattr(engine.tokenizer, "name_or_path", "")}
+    """Engine class and model, and the chat template its tokenizer renders with (check-tokens re-renders with it)."""
+    template = getattr(engine.tokenizer, "chat_template", None)
+    return {"class": type(engine).__name__, "model": getattr(engine.tokenizer, "name_or_path", ""),
+            **({"chat_template": template} if isinstance(template, str) else {})}
 
 
 async def _episode(trajectory: Trajectory, task: Task, engine: Engine, env: Env, config: AgentConfig,
@@ -159,13 +162,15 @@ async def _generate(generate: Generate, tokenizer, config: AgentConfig, messages
     generation = await generate(list(ids), messages, params)
     elapsed = time.monotonic() - began
     if tokenizer is None:  # a text-only engine: its text is the message, and no token was sampled
-        content, close = generation.text or "", []
+        text = generation.text or ""
+        sampled = tokens.SampledTurn(text, "", text, [], 0, 0)
     else:
-        content, close = tokens.close_completion(tokenizer, messages, generation.token_ids)
-    messages.append({"role": "assistant", "content": content})
+        sampled = tokens.sampled_turn(tokenizer, messages, generation.token_ids)
+    messages.append({"role": "assistant", "content": sampled.content})
     return Turn(prompt_ids=segment, completion_ids=list(generation.token_ids), logprobs=list(generation.logprobs),
-                finish_reason=generation.finish_reason, close_ids=close, action=content, generate_s=elapsed,
-                exact=getattr(generation, "exact", True))
+                finish_reason=generation.finish_reason, close_ids=sampled.close_ids, action=sampled.action,
+                reasoning=sampled.reasoning, thinking_tokens=sampled.thinking_tokens,
+                action_tokens=sampled.action_tokens, generate_s=elapsed, exact=getattr(generation, "exact", True))
 
 
 def _act(env: Env, turn: Turn) -> bool:

@@ -25,7 +25,11 @@ class Turn(BaseModel):
     finish_reason: str = Field(description="the engine's: stop or length")
     close_ids: list[int] = Field(description="template tokens that close the assistant message after the sampled "
                                              "ids (SmolLM2: the newline after <|im_end|>); never sampled")
-    action: str = Field(description="the assistant message content: the sampled ids decoded, end-of-turn dropped")
+    action: str = Field(description="what the environment was given: the sampled ids decoded, end-of-turn dropped, "
+                                    "after the thinking (the message content is the whole sample)")
+    reasoning: str = Field("", description="the thinking text: the sampled ids before </think>")
+    thinking_tokens: int = Field(0, description="sampled ids up to and including </think>")
+    action_tokens: int = Field(0, description="sampled ids after </think>, end-of-turn excluded")
     tool_call: dict | None = Field(None, description="{name, arguments} as parsed; null on a format error")
     format_error: bool = False
     exact: bool = Field(True, description="false when a remote engine gave text, not ids, and completion_ids are "
