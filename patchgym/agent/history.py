@@ -59,9 +59,10 @@ def probe_conversation(opened: str, think: bool, observation_role: str, actions:
     messages = [{"role": "system", "content": "You are a programming agent. Call one tool per turn."},
                 {"role": "user", "content": "Fix the failing test in /testbed."}]
     reasonings = []
+    think = think and "</think>" not in opened  # an empty think block in the generation prompt: no thinking
     for n, action in enumerate(actions):
         reasoning = f"Turn {n}: I should look at the repository first.\nThen act." if think else ""
-        if "</think>" in opened or not think:
+        if not think:
             sampled = action
         elif opened.endswith("<think>\n"):
             sampled = f"{reasoning}\n</think>\n\n{action}"
@@ -90,13 +91,13 @@ def check_append_only(render, probe: Probe) -> str | None:
 
 
 def check_against_real(render, render_real, probe: Probe) -> str | None:
-    """None when the two templates agree on every prefix of the probe whose real rendering keeps all its thinking."""
+    """None when the two templates agree on every prefix of the probe that the real one renders with every assistant
+    message as written (thinking included)."""
     for k in range(2, len(probe.messages) + 1):
         prefix = probe.messages[:k]
         generation = prefix[-1]["role"] != "assistant"
         real = render_real(prefix, generation)
-        shown = probe.reasonings[:sum(m["role"] == "assistant" for m in prefix)]
-        if not all(reasoning in real for reasoning in shown):
+        if not all(m["content"] in real for m in prefix if m["role"] == "assistant"):
             continue  # the real template dropped earlier thinking here: keep differs on purpose
         adapted = render(prefix, generation)
         if adapted != real:

@@ -1,0 +1,81 @@
+"""Qwen3 through the loop: a random-weight Qwen3ForCausalLM on a tokenizer with Qwen3's special tokens and the real
+templates, played through the hf engine for several turns with exact tokens (check-tokens: 0 mismatches), and a
+scripted thinker whose reasoning is stored apart from its action, split at the </think> token."""
+
+import pytest
+import torch
+
+from memory_env import FIXED, MemoryEnv, diff, memory_task
+from patchgym.agent import tokens
+from patchgym.agent.check_tokens import check_trajectory
+from patchgym.agent.config import AgentConfig, SamplingConfig
+from patchgym.agent.loop import run_agent
+from patchgym.env.tools import ToolCall, render_call_xml
+from patchgym.inference.chat_template import configure_tokenizer
+from patchgym.inference.hf import HFEngine
+from patchgym.inference.models import tiny_qwen3_model
+
+FIX = render_call_xml(ToolCall("file_editor", {"command": "str_replace", "path": "/testbed/calc.py",
+                                               "old_str": "a - b", "new_str": "a + b"}))
+FINISH = render_call_xml(ToolCall("finish", {}))
+
+
+@pytest.fixture(scope="module")
+def qwen3():
+    return tiny_qwen3_model()
+
+
+@pytest.mark.parametrize("name, kwargs", [("qwen3", {}), ("qwen3-thinking-2507", {}),
+                                          ("qwen3", {"enable_thinking": False})])
+@pytest.mark.parametrize("role", ["user", "tool"])
+def test_a_random_qwen3_plays_several_turns_with_exact_tokens(qwen3, qwen3_template_path, name, kwargs, role):
+    model, tokenizer = qwen3
+    configure_tokenizer(tokenizer, str(qwen3_template_path(name)), kwargs)
+    config = AgentConfig(max_steps=4, max_format_errors=10, observation_role=role,
+                         sampling=SamplingConfig(max_new_tokens=12, seed=7))
+    torch.set_num_threads(1)
+    with HFEngine(model, tokenizer, max_batch=2) as engine:
+        trajectory = run_agent(memory_task(), engine, MemoryEnv(), config)
+    assert trajectory.termination == "max_steps" and trajectory.steps == 4
+    check = check_trajectory(trajectory, tokenizer)
+    assert check.ok, check.errors
+    input_ids, mask, _ = tokens.build_training_sequence(trajectory)
+    assert [i for i, m in zip(input_ids, mask) if m] == [i for t in trajectory.turns for i in t.completion_ids]
+    # keep: every prompt the model was given extends the one before it by the turn's sample and the observation
+    assert tokenizer.decode(input_ids).count("<|im_start|>assistant") == 4
+    assert engine.tokenizer.chat_template.startswith("{%- set enable_thinking") == bool(kwargs)
+
+
+def thought(text: str, action: str) -> str:
+    return f"<think>\n{text}\n</think>\n\n{action}"
+
+
+def test_thinking_is_stored_apart_from_the_action_and_kept_in_the_history(scripted, qwen3_tokenizer):
+    tokenizer = qwen3_tokenizer("qwen3")
+    engine = scripted([thought("The sign is wrong.", FIX), thought("Fixed; submit.", FINISH)], tokenizer)
+    trajectory = run_agent(memory_task(), engine, MemoryEnv(), AgentConfig())
+    assert trajectory.termination == "submitted" and trajectory.patch == diff(MemoryEnv().initial, FIXED)
+    first, second = trajectory.turns
+    assert (first.reasoning, first.action) == ("The sign is wrong.", FIX)
+    assert second.reasoning == "Fixed; submit." and not first.format_error
+    end = tokenizer.convert_tokens_to_ids("</think>")
+    for turn in trajectory.turns:
+        assert turn.completion_ids[turn.thinking_tokens - 1] == end  # the count ends at the </think> token
+        assert turn.thinking_tokens + turn.action_tokens + 1 == len(turn.completion_ids)  # + <|im_end|>
+    # The second prompt holds the first turn's thinking verbatim: it extends the first prompt and sample.
+    assert engine.prompts[1][:len(engine.prompts[0]) + len(first.completion_ids)] == \
+        engine.prompts[0] + first.completion_ids
+    assert "The sign is wrong." in tokenizer.decode(engine.prompts[1])
+    assert check_trajectory(trajectory, tokenizer).ok
+
+
+def test_a_thought_cut_short_is_all_reasoning_and_a_format_error(scripted, qwen3_tokenizer):
+    tokenizer = qwen3_tokenizer("qwen3-thinking-2507")
+    engine = scripted(["I keep thinking and thinking and thinking"], tokenizer)
+    trajectory = run_agent(memory_task(), engine, MemoryEnv(),
+                           AgentConfig(max_steps=2, sampling=SamplingConfig(max_new_tokens=4)))
+    turn = trajectory.turns[0]
+    assert turn.finish_reason == "length" and turn.format_error and turn.action == ""
+    assert turn.thinking_tokens == 4 and turn.action_tokens == 0 and turn.reasoning.startswith("I keep")
+    assert trajectory.messages[2]["content"].startswith("<think>\nI keep")  # what the generation prompt opened
+    assert check_trajectory(trajectory, tokenizer).ok
