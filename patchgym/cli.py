@@ -295,7 +295,8 @@ def check_template(model: str = typer.Option(..., help='"smollm2", "tiny-qwen3",
                    chat_template_kwargs: str = ChatTemplateKwargsOption,
                    as_json: bool = typer.Option(False, "--json", help="print the result as JSON")) -> None:
     """Render a probe conversation (system, user, assistant turns with thinking and tool calls, observations) and say,
-    for each history mode and observation role, whether the template fits exactly; exit 1 when one does not."""
+    for each history mode, tool format and observation role, whether the template fits exactly; exit 1 when one
+    does not."""
     from patchgym.agent.template_check import template_report
     from patchgym.inference.chat_template import configure_tokenizer
     from patchgym.inference.models import load_tokenizer
@@ -303,12 +304,13 @@ def check_template(model: str = typer.Option(..., help='"smollm2", "tiny-qwen3",
     tokenizer = configure_tokenizer(load_tokenizer(model), chat_template, _template_kwargs(chat_template_kwargs))
     fits = template_report(tokenizer)
     if as_json:
-        print(json.dumps([{"history": f.history, "observation_role": f.observation_role, "fits": f.fits,
-                           "problem": f.problem} for f in fits]))
+        print(json.dumps([{"history": f.history, "tool_format": f.tool_format, "observation_role": f.observation_role,
+                           "fits": f.fits, "problem": f.problem} for f in fits]))
     else:
         for fit in fits:
             verdict = "fits exactly" if fit.fits else f"does not fit: {fit.problem}"
-            console.print(f"history={fit.history} observations={fit.observation_role}: {verdict}",
+            console.print(f"history={fit.history} tool_format={fit.tool_format} observations={fit.observation_role}: "
+                          f"{verdict}",
                           style="green" if fit.fits else "red", markup=False, soft_wrap=True)
     if not all(f.fits for f in fits):
         raise typer.Exit(1)

@@ -52,7 +52,7 @@ class RunCheck:
 def check_trajectory(trajectory: Trajectory, tokenizer) -> TrajectoryCheck:
     """Check one trajectory's turns against its messages (see the module docstring)."""
     result = TrajectoryCheck(trajectory.trajectory_id or trajectory.task_id)
-    messages = trajectory.messages
+    messages, tools = trajectory.messages, trajectory.tools
     assistant_at = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
     if len(assistant_at) != len(trajectory.turns):
         result.errors.append(f"{len(trajectory.turns)} turns but {len(assistant_at)} assistant messages")
@@ -61,8 +61,8 @@ def check_trajectory(trajectory: Trajectory, tokenizer) -> TrajectoryCheck:
         before = messages[:at]
         where = f"turn {n}"
         try:
-            expected = (tokens.prompt_ids(tokenizer, before) if n == 0
-                        else tokens.observation_ids(tokenizer, before[:-1], before[-1]))
+            expected = (tokens.prompt_ids(tokenizer, before, tools) if n == 0
+                        else tokens.observation_ids(tokenizer, before[:-1], before[-1], tools))
         except tokens.TemplateMismatch as exc:
             result.errors.append(f"{where}: {exc}")
             continue
@@ -73,8 +73,8 @@ def check_trajectory(trajectory: Trajectory, tokenizer) -> TrajectoryCheck:
             result.errors.append(f"{where}: {len(turn.logprobs)} logprobs for {len(turn.completion_ids)} sampled ids")
         elif any(not (lp <= 0.0) for lp in turn.logprobs if not math.isnan(lp)):
             result.errors.append(f"{where}: a logprob above 0")
-        content_ids, close = tokens.split_completion(tokenizer, before, turn.completion_ids)
-        sampled = tokens.sampled_turn(tokenizer, before, turn.completion_ids)
+        content_ids, close = tokens.split_completion(tokenizer, before, turn.completion_ids, tools)
+        sampled = tokens.sampled_turn(tokenizer, before, turn.completion_ids, tools)
         if sampled.content != messages[at]["content"] or sampled.action != turn.action:
             result.errors.append(f"{where}: the sampled ids decode to {sampled.content[-60:]!r}, the record says "
                                  f"{messages[at]['content'][-60:]!r}")

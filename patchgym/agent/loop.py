@@ -21,7 +21,7 @@ from patchgym.agent.config import AgentConfig, render
 from patchgym.agent.trajectory import Trajectory, Turn
 from patchgym.env.base import Env
 from patchgym.env.swe_env import SWEEnv
-from patchgym.env.tools import TOOL_SCHEMAS
+from patchgym.env.tools import tool_schemas
 from patchgym.inference import Engine, Generation, SamplingParams
 from patchgym.sandbox import DiffFailed, DiffTooLarge, SandboxConfig, SandboxError, SandboxKilled
 from patchgym.tasks import Task
@@ -120,11 +120,13 @@ async def _episode(trajectory: Trajectory, task: Task, engine: Engine, env: Env,
     tokenizer = engine.tokenizer
     statement = await asyncio.to_thread(env.reset, task)
     messages = trajectory.messages
-    messages += [{"role": "system", "content": render(config.system_prompt, tools=TOOL_SCHEMAS)},
+    schemas = tool_schemas(task.workdir, config.command_timeout_s)
+    trajectory.tools = tools = schemas if config.tool_format == "native" else None
+    messages += [{"role": "system", "content": render(config.system_prompt, tools=schemas)},
                  {"role": "user", "content": render(config.instance_prompt, problem_statement=statement,
                                                     workdir=task.workdir, task=task)}]
     ids: list[int] = []  # every token the model has seen or sampled, in order
-    segment = tokens.prompt_ids(tokenizer, messages) if tokenizer is not None else []
+    segment = tokens.prompt_ids(tokenizer, messages, tools) if tokenizer is not None else []
     consecutive_errors = 0
     for step in range(config.max_steps):
         if time.monotonic() - start > config.max_seconds:
@@ -133,7 +135,7 @@ async def _episode(trajectory: Trajectory, task: Task, engine: Engine, env: Env,
         if room < 1:  # not even one token could be sampled after this prompt
             raise Terminated("max_context")
         ids += segment
-        turn = await _generate(generate, tokenizer, config, messages, ids, segment, step, room)
+        turn = await _generate(generate, tokenizer, config, messages, ids, segment, step, room, tools)
         ids += turn.completion_ids + turn.close_ids
         trajectory.turns.append(turn)  # before acting: if the sandbox dies now, turns still match messages
         done = await asyncio.to_thread(_act, env, turn)
@@ -149,13 +151,13 @@ async def _episode(trajectory: Trajectory, task: Task, engine: Engine, env: Env,
         observation = {"role": config.observation_role,
                        "content": render(config.observation_template, observation=turn.observation,
                                          steps_remaining=remaining)}
-        segment = tokens.observation_ids(tokenizer, messages, observation) if tokenizer is not None else []
+        segment = tokens.observation_ids(tokenizer, messages, observation, tools) if tokenizer is not None else []
         messages.append(observation)
     raise Terminated("max_steps")
 
 
 async def _generate(generate: Generate, tokenizer, config: AgentConfig, messages: list[dict], ids: list[int],
-                    segment: list[int], step: int, room: int) -> Turn:
+                    segment: list[int], step: int, room: int, tools: list[dict] | None) -> Turn:
     """Sample one turn after `ids` (which end with `segment`) and append the assistant message to `messages`."""
     began = time.monotonic()
     params = config.sampling.params(step, min(config.sampling.max_new_tokens, room))
@@ -165,7 +167,7 @@ async def _generate(generate: Generate, tokenizer, config: AgentConfig, messages
         text = generation.text or ""
         sampled = tokens.SampledTurn(text, "", text, [], 0, 0)
     else:
-        sampled = tokens.sampled_turn(tokenizer, messages, generation.token_ids)
+        sampled = tokens.sampled_turn(tokenizer, messages, generation.token_ids, tools)
     messages.append({"role": "assistant", "content": sampled.content})
     return Turn(prompt_ids=segment, completion_ids=list(generation.token_ids), logprobs=list(generation.logprobs),
                 finish_reason=generation.finish_reason, close_ids=sampled.close_ids, action=sampled.action,

@@ -8,20 +8,23 @@ append-only is a UserError naming the first differing character, never a stream 
 from dataclasses import dataclass
 
 from patchgym.agent import tokens
+from patchgym.agent.config import AgentConfig
 from patchgym.agent.history import Probe, TemplateMismatch, check_against_real, check_append_only, probe_conversation
+from patchgym.env.tools import ToolCall, render_call_json, render_call_xml, tool_schemas
 
-ACTIONS = ["Let me look.\n<function=execute_bash>\n<parameter=command>ls -la</parameter>\n</function>",
-           "<function=file_editor>\n<parameter=command>view</parameter>\n<parameter=path>/testbed/a.py</parameter>"
-           "\n</function>",
-           "Done.\n<function=finish>\n</function>"]
+CALLS = [ToolCall("execute_bash", {"command": "ls -la"}),
+         ToolCall("file_editor", {"command": "view", "path": "/testbed/a.py"}), ToolCall("finish", {})]
 
 
 def probe_for(tokenizer, observation_role: str, tools: list[dict] | None = None) -> Probe:
-    """The probe conversation in the shape this template's generation prompt gives (thinking when it has </think>)."""
+    """The probe conversation in the shape this template's generation prompt gives (thinking when it has </think>),
+    its calls written natively when the template is given `tools`, else as R2E-Gym XML."""
     start = probe_conversation("", False, observation_role, []).messages
     opened, _ = tokens.assistant_frame(tokenizer, start, tools)
     think = tokens.THINK_END in tokenizer.get_added_vocab()
-    return probe_conversation(opened, think, observation_role, ACTIONS)
+    write = render_call_json if tools else render_call_xml
+    actions = [f"Step {n}.\n{write(call)}" for n, call in enumerate(CALLS)]
+    return probe_conversation(opened, think, observation_role, actions)
 
 
 def template_problem(tokenizer, observation_role: str, tools: list[dict] | None = None) -> str | None:
@@ -59,18 +62,22 @@ def _ids_problem(tokenizer, probe: Probe, tools: list[dict] | None) -> str | Non
     return None
 
 
-def check_history(tokenizer, observation_role: str, tools: list[dict] | None = None) -> None:
-    """Raise TemplateMismatch (a UserError) when history `keep` cannot give exact sequences with this template."""
-    problem = template_problem(tokenizer, observation_role, tools)
+def check_history(tokenizer, config: AgentConfig) -> None:
+    """Raise TemplateMismatch (a UserError) when history `keep` cannot give exact sequences with this template and
+    the agent's tool format and observation role."""
+    tools = tool_schemas(command_timeout_s=config.command_timeout_s) if config.tool_format == "native" else None
+    problem = template_problem(tokenizer, config.observation_role, tools)
     if problem:
         name = getattr(tokenizer, "name_or_path", "") or "the model's"
         raise TemplateMismatch(f"agent.history=keep: the chat template of {name} (inference.chat_template) cannot "
-                               f"be made append-only for {observation_role} observations: {problem}")
+                               f"be made append-only for tool_format={config.tool_format} with "
+                               f"{config.observation_role} observations: {problem}")
 
 
 @dataclass(frozen=True)
 class TemplateFit:
     history: str
+    tool_format: str
     observation_role: str
     problem: str | None
 
@@ -79,6 +86,7 @@ class TemplateFit:
         return self.problem is None
 
 
-def template_report(tokenizer, tools: list[dict] | None = None) -> list[TemplateFit]:
-    """Whether the template fits history `keep` for each observation role."""
-    return [TemplateFit("keep", role, template_problem(tokenizer, role, tools)) for role in ("user", "tool")]
+def template_report(tokenizer) -> list[TemplateFit]:
+    """Whether the template fits history `keep` for each tool format and observation role the agent can use."""
+    cases = [("text", "user", None), ("text", "tool", None), ("native", "tool", tool_schemas())]
+    return [TemplateFit("keep", form, role, template_problem(tokenizer, role, tools)) for form, role, tools in cases]

@@ -51,6 +51,8 @@ class Trajectory(BaseModel):
     attempt: int = Field(1, description="1 + the infrastructure retries it took")
     messages: list[dict[str, str]] = Field(default_factory=list, description="the chat the model saw, in order; "
                                            "its template rendering is the token sequence")
+    tools: list[dict] | None = Field(None, description="the tool schemas the chat template rendered (agent.tool_format "
+                                                      "native); null when the tools were described in the text")
     turns: list[Turn] = Field(default_factory=list)
     patch: str = ""
     termination: Termination | None = Field(None, description="null only while running (or after a crash)")

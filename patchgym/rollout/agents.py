@@ -30,7 +30,7 @@ class ModelAgent:
     def __init__(self, engine: Engine, config: AgentConfig, model: str = ""):
         self.engine, self.config, self.model = engine, config, model
         if engine.tokenizer is not None and not engine.needs_messages:  # before any rollout, not during them
-            check_history(engine.tokenizer, config.observation_role)
+            check_history(engine.tokenizer, config)
 
     async def play(self, task: Task, env: Env, generate: Generate, save_path: Path | None) -> Trajectory:
         return await arun_agent(task, self.engine, env, self.config, save_path=save_path, generate=generate)

@@ -9,14 +9,14 @@ from patchgym.cli import app
 runner = CliRunner()
 
 
-def test_qwen3_fits_keep_for_both_observation_roles(tiny, qwen3_template_path):
+def test_qwen3_fits_keep_for_each_tool_format_and_observation_role(tiny, qwen3_template_path):
     result = runner.invoke(app, ["check-template", "--model", "tiny-qwen3", "--chat-template",
                                  str(qwen3_template_path("qwen3")), "--chat-template-kwargs",
                                  '{"enable_thinking": true}', "--json"])
     assert result.exit_code == 0, result.output
     fits = json.loads(result.output)
-    assert [(f["history"], f["observation_role"], f["fits"]) for f in fits] == [("keep", "user", True),
-                                                                                ("keep", "tool", True)]
+    assert [(f["history"], f["tool_format"], f["observation_role"], f["fits"]) for f in fits] == [
+        ("keep", "text", "user", True), ("keep", "text", "tool", True), ("keep", "native", "tool", True)]
 
 
 def test_a_template_that_drops_history_exits_1_naming_the_first_differing_character(tiny, tmp_path):
@@ -26,7 +26,7 @@ def test_a_template_that_drops_history_exits_1_naming_the_first_differing_charac
                         "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
     result = runner.invoke(app, ["check-template", "--model", "tiny-qwen3", "--chat-template", str(template)])
     assert result.exit_code == 1
-    assert "history=keep observations=user: does not fit:" in result.output
+    assert "history=keep tool_format=text observations=user: does not fit:" in result.output
     assert "first differing character at" in result.output
 
 

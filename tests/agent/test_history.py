@@ -17,7 +17,7 @@ CASES = [("qwen3", {}), ("qwen3", {"enable_thinking": False}), ("qwen3-thinking-
 @pytest.mark.parametrize("role", ["user", "tool"])
 def test_the_real_qwen3_templates_fit_keep(qwen3_tokenizer, name, kwargs, role):
     tokenizer = qwen3_tokenizer(name, **kwargs)
-    check_history(tokenizer, role)
+    check_history(tokenizer, AgentConfig(observation_role=role))
     probe = probe_for(tokenizer, role)
     # Kept means kept: every turn's thinking is in the final rendering, where the published template drops it.
     kept = tokens.render_text(tokenizer, probe.messages, add_generation_prompt=False)
@@ -44,10 +44,10 @@ def test_the_adaptation_only_touches_the_assistant_branch(qwen3_template_path):
 def test_the_unadapted_template_is_named_at_its_first_differing_character(qwen3_tokenizer, monkeypatch):
     """What happens to a template the adaptation does not know: the check names where it rewrites history."""
     monkeypatch.setattr(tokens, "keep_template", lambda text: text)
-    user, tool = template_report(qwen3_tokenizer("qwen3"))
+    user, tool, _ = template_report(qwen3_tokenizer("qwen3"))
     assert "adding message 3 (user) does not extend the rendering before it: first differing character at" in \
         user.problem
-    assert "'L' instead of '<'" in user.problem  # the kept turn starts with its action: the thinking was dropped
+    assert "'S' instead of '<'" in user.problem  # the kept turn starts with its action: the thinking was dropped
     assert "does not render an assistant message as generation prompt + content + closing" in tool.problem
     assert "'<' instead of 'P'" in tool.problem  # the empty <think> block before the last message
 
@@ -64,5 +64,5 @@ def test_a_template_that_cannot_be_made_append_only_fails_when_the_agent_is_made
 
     Engine.tokenizer = tokenizer
     with pytest.raises(UserError, match=r"agent.history=keep: the chat template of tiny-qwen3 .* cannot be made "
-                                        r"append-only for user observations: .*first differing character at \d+"):
+                                        r"append-only for tool_format=text with user observations: .*first differing character at \d+"):
         ModelAgent(Engine(), AgentConfig())

@@ -10,7 +10,7 @@ from patchgym.agent import tokens
 from patchgym.agent.check_tokens import check_trajectory
 from patchgym.agent.config import AgentConfig, SamplingConfig
 from patchgym.agent.loop import run_agent
-from patchgym.env.tools import ToolCall, render_call_xml
+from patchgym.env.tools import ToolCall, render_call_json, render_call_xml
 from patchgym.inference.chat_template import configure_tokenizer
 from patchgym.inference.hf import HFEngine
 from patchgym.inference.models import tiny_qwen3_model
@@ -27,11 +27,12 @@ def qwen3():
 
 @pytest.mark.parametrize("name, kwargs", [("qwen3", {}), ("qwen3-thinking-2507", {}),
                                           ("qwen3", {"enable_thinking": False})])
-@pytest.mark.parametrize("role", ["user", "tool"])
-def test_a_random_qwen3_plays_several_turns_with_exact_tokens(qwen3, qwen3_template_path, name, kwargs, role):
+@pytest.mark.parametrize("tool_format, role", [("text", "user"), ("text", "tool"), ("native", "tool")])
+def test_a_random_qwen3_plays_several_turns_with_exact_tokens(qwen3, qwen3_template_path, name, kwargs,
+                                                              tool_format, role):
     model, tokenizer = qwen3
     configure_tokenizer(tokenizer, str(qwen3_template_path(name)), kwargs)
-    config = AgentConfig(max_steps=4, max_format_errors=10, observation_role=role,
+    config = AgentConfig(max_steps=4, max_format_errors=10, observation_role=role, tool_format=tool_format,
                          sampling=SamplingConfig(max_new_tokens=12, seed=7))
     torch.set_num_threads(1)
     with HFEngine(model, tokenizer, max_batch=2) as engine:
@@ -79,3 +80,27 @@ def test_a_thought_cut_short_is_all_reasoning_and_a_format_error(scripted, qwen3
     assert turn.thinking_tokens == 4 and turn.action_tokens == 0 and turn.reasoning.startswith("I keep")
     assert trajectory.messages[2]["content"].startswith("<think>\nI keep")  # what the generation prompt opened
     assert check_trajectory(trajectory, tokenizer).ok
+
+
+NATIVE_FIX = render_call_json(ToolCall("file_editor", {"command": "str_replace", "path": "/testbed/calc.py",
+                                                       "old_str": "a - b", "new_str": "a + b"}))
+
+
+def test_native_tool_calls_go_through_the_template_as_schemas_and_tool_messages(scripted, qwen3_tokenizer):
+    tokenizer = qwen3_tokenizer("qwen3")
+    engine = scripted([thought("Fix the sign.", NATIVE_FIX), '<tool_call>\n{"name": "finish", "arguments": {}\n',
+                       thought("Submit.", render_call_json(ToolCall("finish", {})))], tokenizer)
+    config = AgentConfig(tool_format="native", command_timeout_s=30)
+    trajectory = run_agent(memory_task(), engine, MemoryEnv(), config)
+    assert trajectory.termination == "submitted" and trajectory.patch == diff(MemoryEnv().initial, FIXED)
+    fix, malformed, finish = trajectory.turns
+    assert fix.tool_call["arguments"]["new_str"] == "a + b" and not fix.format_error
+    assert malformed.format_error and malformed.tool_call is None
+    assert malformed.observation.startswith("The JSON inside <tool_call> is malformed: Expecting")  # the reason
+    assert [m["role"] for m in trajectory.messages] == ["system", "user", "assistant", "tool", "assistant", "tool",
+                                                        "assistant"]
+    first_prompt = tokenizer.decode(engine.prompts[0])
+    assert "<tools>" in first_prompt and '"name": "execute_bash"' in first_prompt
+    assert "killed after 30 seconds" in first_prompt and "<function=TOOL_NAME>" not in first_prompt
+    assert "<tool_response>\n" in tokenizer.decode(engine.prompts[1])
+    assert trajectory.tools and check_trajectory(trajectory, tokenizer).ok
