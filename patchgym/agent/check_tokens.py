@@ -61,8 +61,10 @@ def check_trajectory(trajectory: Trajectory, tokenizer) -> TrajectoryCheck:
         before = messages[:at]
         where = f"turn {n}"
         try:
-            expected = (tokens.prompt_ids(tokenizer, before, tools) if n == 0
-                        else tokens.observation_ids(tokenizer, before[:-1], before[-1], tools))
+            if n == 0 or trajectory.history == "template":  # step-wise: every prompt is rendered whole
+                expected = tokens.prompt_ids(tokenizer, before, tools, trajectory.history)
+            else:
+                expected = tokens.observation_ids(tokenizer, before[:-1], before[-1], tools)
         except tokens.TemplateMismatch as exc:
             result.errors.append(f"{where}: {exc}")
             continue

@@ -98,10 +98,12 @@ class AgentConfig(BaseModel):
         "as <tool_call>{json}</tool_call>, results as `tool` messages"))
     observation_role: Literal["user", "tool"] = Field(
         "user", description="chat role of observations; 'user' works with every chat template (native: tool)")
-    history: Literal["keep"] = Field("keep", description=(
+    history: Literal["keep", "template"] = Field("keep", description=(
         "keep: every turn's sampled text, thinking included, stays in the chat verbatim, so each prompt extends "
-        "the previous one (templates that drop old thinking, like Qwen3's, are adapted and checked at start-up: "
-        "patchgym.agent.history)"))
+        "the previous one and a trajectory is one sequence (templates that drop old thinking, like Qwen3's, are "
+        "adapted and checked at start-up: patchgym.agent.history); template: the history is what the published "
+        "template renders (earlier thinking dropped), each turn's prompt is rendered whole and trains as its own "
+        "step-wise sample (costs re-feeding the prefix every turn: metrics stepwise_extra_tokens)"))
     max_steps: int = Field(50, ge=1, description="turns before `max_steps` (eval uses 100: patchgym/eval/defaults.yaml)")
     max_context_tokens: int = Field(8192, ge=16, description=(
         "prompt + all sampled tokens, checked before each generation (`max_context`); a turn cut to fit still "

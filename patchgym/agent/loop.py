@@ -125,12 +125,15 @@ async def _episode(trajectory: Trajectory, task: Task, engine: Engine, env: Env,
     messages += [{"role": "system", "content": render(config.system_prompt, tools=schemas)},
                  {"role": "user", "content": render(config.instance_prompt, problem_statement=statement,
                                                     workdir=task.workdir, task=task)}]
-    ids: list[int] = []  # every token the model has seen or sampled, in order
-    segment = tokens.prompt_ids(tokenizer, messages, tools) if tokenizer is not None else []
+    trajectory.history = config.history
+    stepwise = config.history == "template"  # each turn's prompt is rendered whole, not appended to
+    ids: list[int] = []  # every token the model has seen or sampled, in order (step-wise: this turn's)
+    segment = tokens.prompt_ids(tokenizer, messages, tools, config.history) if tokenizer is not None else []
     consecutive_errors = 0
     for step in range(config.max_steps):
         if time.monotonic() - start > config.max_seconds:
             raise Terminated("timeout")
+        ids = [] if stepwise else ids
         room = config.max_context_tokens - (len(ids) + len(segment) if tokenizer is not None else 0)
         if room < 1:  # not even one token could be sampled after this prompt
             raise Terminated("max_context")
@@ -151,9 +154,19 @@ async def _episode(trajectory: Trajectory, task: Task, engine: Engine, env: Env,
         observation = {"role": config.observation_role,
                        "content": render(config.observation_template, observation=turn.observation,
                                          steps_remaining=remaining)}
-        segment = tokens.observation_ids(tokenizer, messages, observation, tools) if tokenizer is not None else []
+        segment = _next_prompt(tokenizer, messages, observation, tools, config.history)
         messages.append(observation)
     raise Terminated("max_steps")
+
+
+def _next_prompt(tokenizer, messages: list[dict], observation: dict, tools: list[dict] | None,
+                 history: str) -> list[int]:
+    """The ids of the next turn's prompt segment: the observation's delta (keep) or the whole prompt (template)."""
+    if tokenizer is None:
+        return []
+    if history == "template":
+        return tokens.prompt_ids(tokenizer, [*messages, observation], tools, history)
+    return tokens.observation_ids(tokenizer, messages, observation, tools)
 
 
 async def _generate(generate: Generate, tokenizer, config: AgentConfig, messages: list[dict], ids: list[int],

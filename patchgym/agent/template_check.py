@@ -66,6 +66,10 @@ def check_history(tokenizer, config: AgentConfig) -> None:
     """Raise TemplateMismatch (a UserError) when history `keep` cannot give exact sequences with this template and
     the agent's tool format and observation role."""
     tools = tool_schemas(command_timeout_s=config.command_timeout_s) if config.tool_format == "native" else None
+    if config.history == "template":  # every prompt is rendered whole; only the sample's frame must be found
+        start = probe_conversation("", False, config.observation_role, []).messages
+        tokens.assistant_frame(tokenizer, start, tools)
+        return
     problem = template_problem(tokenizer, config.observation_role, tools)
     if problem:
         name = getattr(tokenizer, "name_or_path", "") or "the model's"

@@ -43,9 +43,10 @@ def render_ids(tokenizer, messages: list[dict], *, add_generation_prompt: bool, 
     return tokenizer.encode(text, add_special_tokens=False)
 
 
-def prompt_ids(tokenizer, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
-    """The first prompt: the conversation so far (system + user) followed by the assistant's generation prompt."""
-    return render_ids(tokenizer, messages, add_generation_prompt=True, tools=tools)
+def prompt_ids(tokenizer, messages: list[dict], tools: list[dict] | None = None, history: str = "keep") -> list[int]:
+    """The first prompt: the conversation so far (system + user) followed by the assistant's generation prompt;
+    with history "template", any turn's whole prompt as the published template renders it."""
+    return render_ids(tokenizer, messages, add_generation_prompt=True, tools=tools, history=history)
 
 
 def assistant_frame(tokenizer, messages: list[dict], tools: list[dict] | None = None) -> tuple[str, list[int]]:

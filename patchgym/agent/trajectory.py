@@ -5,6 +5,7 @@ only completion_ids were sampled (see patchgym.agent.tokens).
 """
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -51,6 +52,9 @@ class Trajectory(BaseModel):
     attempt: int = Field(1, description="1 + the infrastructure retries it took")
     messages: list[dict[str, str]] = Field(default_factory=list, description="the chat the model saw, in order; "
                                            "its template rendering is the token sequence")
+    history: Literal["keep", "template"] = Field("keep", description=(
+        "keep: one sequence, prompts are appended deltas; template: each turn's prompt_ids are the whole prompt as "
+        "the published template rendered it, and the turns train as step-wise samples"))
     tools: list[dict] | None = Field(None, description="the tool schemas the chat template rendered (agent.tool_format "
                                                       "native); null when the tools were described in the text")
     turns: list[Turn] = Field(default_factory=list)

@@ -104,3 +104,35 @@ def test_native_tool_calls_go_through_the_template_as_schemas_and_tool_messages(
     assert "killed after 30 seconds" in first_prompt and "<function=TOOL_NAME>" not in first_prompt
     assert "<tool_response>\n" in tokenizer.decode(engine.prompts[1])
     assert trajectory.tools and check_trajectory(trajectory, tokenizer).ok
+
+
+@pytest.mark.parametrize("tool_format, role", [("text", "user"), ("native", "tool")])
+def test_template_history_renders_every_prompt_whole_as_the_published_template_does(qwen3, qwen3_template_path,
+                                                                                    tool_format, role):
+    model, tokenizer = qwen3
+    configure_tokenizer(tokenizer, str(qwen3_template_path("qwen3")), {})
+    config = AgentConfig(history="template", max_steps=3, max_format_errors=10, tool_format=tool_format,
+                         observation_role=role, sampling=SamplingConfig(max_new_tokens=12, seed=5))
+    with HFEngine(model, tokenizer, max_batch=1) as engine:
+        trajectory = run_agent(memory_task(), engine, MemoryEnv(), config)
+    assert trajectory.history == "template" and trajectory.steps == 3
+    assistant_at = [i for i, m in enumerate(trajectory.messages) if m["role"] == "assistant"]
+    for turn, at in zip(trajectory.turns, assistant_at):
+        assert turn.prompt_ids == tokens.prompt_ids(tokenizer, trajectory.messages[:at], trajectory.tools, "template")
+    check = check_trajectory(trajectory, tokenizer)
+    assert check.ok, check.errors
+
+
+def test_template_history_drops_earlier_thinking_and_trains_each_step(scripted, qwen3_tokenizer):
+    from patchgym.train.batch import sequences_from_trajectories
+
+    tokenizer = qwen3_tokenizer("qwen3")
+    engine = scripted([thought("The sign is wrong.", FIX), thought("Fixed; submit.", FINISH)], tokenizer)
+    trajectory = run_agent(memory_task(), engine, MemoryEnv(), AgentConfig(history="template"))
+    assert trajectory.termination == "submitted" and trajectory.turns[0].reasoning == "The sign is wrong."
+    second_prompt = tokenizer.decode(engine.prompts[1])
+    assert "The sign is wrong." not in second_prompt and FIX in second_prompt  # as Qwen3 renders at inference
+    assert check_trajectory(trajectory, tokenizer).ok
+    steps = sequences_from_trajectories([trajectory], [1.5])
+    assert [s.input_ids for s in steps] == [t.prompt_ids + t.completion_ids for t in trajectory.turns]
+    assert all(s.advantage == 1.5 and s.weight == 0.5 for s in steps)
