@@ -1,0 +1,48 @@
+"""A Qwen3-architecture model (random weights, Qwen3's real template with thinking) trains two GRPO++ iterations on
+the tiny task in Docker in both history modes, with 0 token mismatches in what it trained on."""
+
+from pathlib import Path
+
+import pytest
+
+from patchgym.agent.check_tokens import check_run
+from patchgym.config import load_config
+from patchgym.inference.chat_template import configure_tokenizer
+from patchgym.inference.models import qwen3_tokenizer
+from patchgym.tasks import write_tasks
+from patchgym.train.loop import Trainer
+from patchgym.train.metrics import read_metrics
+
+GRPO_PP = Path(__file__).resolve().parents[2] / "configs" / "grpo++.yaml"
+
+
+@pytest.mark.parametrize("history", ["keep", "template"])
+def test_two_grpo_pp_iterations_with_exact_tokens(backend, tiny, tiny_task, qwen3_template_path, tmp_path, history):
+    if backend != "docker":
+        pytest.skip("the loop test runs on the docker backend")
+    tasks_file = tmp_path / "tasks.jsonl"
+    write_tasks([tiny_task], tasks_file)
+    template = str(qwen3_template_path("qwen3"))
+    config = load_config([GRPO_PP], [
+        "inference.model=tiny-qwen3", f"inference.chat_template={template}",
+        "inference.chat_template_kwargs={enable_thinking: true}", f"agent.history={history}",
+        f"train.tasks={tasks_file}", "train.iterations=2", "train.tasks_per_iteration=1", "train.samples_per_task=2",
+        "train.mini_batches=1", "train.keep_checkpoints=1", "agent.max_steps=3", "agent.max_format_errors=10",
+        "agent.max_context_tokens=2048", "algorithm.norm_constant=2048", "agent.sampling.max_new_tokens=8",
+        "rollout.max_sandboxes=2",
+        # The random model never resolves: every advantage is 0. Kept in the loss (no compact filter) with an
+        # entropy term, every row still runs forward and backward through the policy update.
+        "algorithm.compact_filter=false", "algorithm.entropy_coef=0.001"])
+    run = tmp_path / "run"
+    Trainer(config, run, progress=False).run()
+    lines = read_metrics(run)
+    assert [line["iteration"] for line in lines] == [1, 2]
+    assert all(line["trajectories"] == 2 and line["terminations"] == {"max_steps": 2} for line in lines)
+    for line in lines:
+        assert line["policy_tokens"] == 2 * line["sampled_tokens_per_trajectory"] and line["train_input_tokens"] > 0
+        assert line["trained_trajectories"] == 2 and line["loss"] is not None
+    extra = [line["stepwise_extra_tokens"] for line in lines]
+    assert all(e > 0 for e in extra) if history == "template" else extra == [0, 0]
+    result = check_run(run, configure_tokenizer(qwen3_tokenizer(), template, {"enable_thinking": True}))
+    summary = result.summary()
+    assert summary["trajectories"] == 4 and summary["failed"] == 0, [c.errors for c in result.trajectories]
