@@ -108,6 +108,10 @@ class AgentConfig(BaseModel):
     max_context_tokens: int = Field(8192, ge=16, description=(
         "prompt + all sampled tokens, checked before each generation (`max_context`); a turn cut to fit still "
         "gets its unsampled closing (ChatML: 2 tokens) after it"))
+    on_context_full: Literal["end", "truncate_observation"] = Field("end", description=(
+        "end: the trajectory ends as `max_context` when no token fits; truncate_observation: an observation after "
+        "which a whole turn (sampling.max_new_tokens) would not fit is cut in its middle to make room, keeping its "
+        "head and tail with a marker (the turn's observation_cut_tokens; metrics observations_cut)"))
     max_seconds: float = Field(1800.0, gt=0, description="wall clock per trajectory before `timeout`")
     max_format_errors: int = Field(5, ge=1, description="consecutive turns without a valid tool call")
     command_timeout_s: float = Field(90.0, gt=0, description="per tool command, inside the sandbox")

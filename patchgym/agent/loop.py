@@ -18,6 +18,7 @@ from pathlib import Path
 
 from patchgym.agent import tokens
 from patchgym.agent.config import AgentConfig, render
+from patchgym.agent.context import cut_to_fit
 from patchgym.agent.trajectory import Trajectory, Turn
 from patchgym.env.base import Env
 from patchgym.env.swe_env import SWEEnv
@@ -151,12 +152,28 @@ async def _episode(trajectory: Trajectory, task: Task, engine: Engine, env: Env,
         remaining = config.max_steps - step - 1
         if remaining == 0:
             break
-        observation = {"role": config.observation_role,
-                       "content": render(config.observation_template, observation=turn.observation,
-                                         steps_remaining=remaining)}
-        segment = _next_prompt(tokenizer, messages, observation, tools, config.history)
+        observation, segment = _observation(tokenizer, config, messages, turn, tools, remaining,
+                                            used=0 if stepwise else len(ids))
         messages.append(observation)
     raise Terminated("max_steps")
+
+
+def _observation(tokenizer, config: AgentConfig, messages: list[dict], turn: Turn, tools: list[dict] | None,
+                 remaining: int, used: int) -> tuple[dict, list[int]]:
+    """The observation message answering `turn` and the next prompt's ids; with truncate_observation, an output
+    after which a whole turn would not fit in the `used` context is cut (the turn records how much)."""
+    def message(text: str) -> dict:
+        return {"role": config.observation_role,
+                "content": render(config.observation_template, observation=text, steps_remaining=remaining)}
+
+    def segment_of(text: str) -> list[int]:
+        return _next_prompt(tokenizer, messages, message(text), tools, config.history)
+
+    text, segment = turn.observation, segment_of(turn.observation)
+    if config.on_context_full == "truncate_observation" and tokenizer is not None:
+        limit = config.max_context_tokens - used - config.sampling.max_new_tokens
+        text, segment, turn.observation_cut_tokens = cut_to_fit(tokenizer, text, segment_of, limit)
+    return message(text), segment
 
 
 def _next_prompt(tokenizer, messages: list[dict], observation: dict, tools: list[dict] | None,

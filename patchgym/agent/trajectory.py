@@ -36,6 +36,8 @@ class Turn(BaseModel):
     exact: bool = Field(True, description="false when a remote engine gave text, not ids, and completion_ids are "
                                           "its re-tokenisation")
     observation: str = Field("", description="the environment's answer (before the steps-remaining note)")
+    observation_cut_tokens: int = Field(0, description="tokens cut from the observation's middle to fit the "
+                                                       "context (agent.on_context_full truncate_observation)")
     exit_code: int | None = None
     generate_s: float = 0.0
     step_s: float = 0.0
