@@ -52,6 +52,7 @@ HEAVY = {
     "cluster": "a real multi-node Ray cluster",
     "sandbox": "sandbox images and backends",
     "inference/test_vllm_engine.py": "a vLLM server",
+    "inference/test_vllm_qwen3.py": "a vLLM server",
     "inference/test_openai_server.py": "patchgym serve processes",
     "eval/test_eval_model.py": "evaluations through a served model",
     "train/test_train_ddp.py": "torchrun process groups",
