@@ -1,5 +1,6 @@
 """A Qwen3-architecture model (random weights, Qwen3's real template with thinking) trains two GRPO++ iterations on
-the tiny task in Docker in both history modes, with 0 token mismatches in what it trained on."""
+the tiny task in Docker in both history modes, the second after a resume, with 0 token mismatches in what it
+trained on."""
 
 from pathlib import Path
 
@@ -17,13 +18,13 @@ GRPO_PP = Path(__file__).resolve().parents[2] / "configs" / "grpo++.yaml"
 
 
 @pytest.mark.parametrize("history", ["keep", "template"])
-def test_two_grpo_pp_iterations_with_exact_tokens(backend, tiny, tiny_task, qwen3_template_path, tmp_path, history):
+def test_two_grpo_pp_iterations_and_a_resume_with_exact_tokens(backend, tiny, tiny_task, qwen3_template_path, tmp_path, history):
     if backend != "docker":
         pytest.skip("the loop test runs on the docker backend")
     tasks_file = tmp_path / "tasks.jsonl"
     write_tasks([tiny_task], tasks_file)
     template = str(qwen3_template_path("qwen3"))
-    config = load_config([GRPO_PP], [
+    overrides = [
         "inference.model=tiny-qwen3", f"inference.chat_template={template}",
         "inference.chat_template_kwargs={enable_thinking: true}", f"agent.history={history}",
         f"train.tasks={tasks_file}", "train.iterations=2", "train.tasks_per_iteration=1", "train.samples_per_task=2",
@@ -32,9 +33,10 @@ def test_two_grpo_pp_iterations_with_exact_tokens(backend, tiny, tiny_task, qwen
         "rollout.max_sandboxes=2",
         # The random model never resolves: every advantage is 0. Kept in the loss (no compact filter) with an
         # entropy term, every row still runs forward and backward through the policy update.
-        "algorithm.compact_filter=false", "algorithm.entropy_coef=0.001"])
+        "algorithm.compact_filter=false", "algorithm.entropy_coef=0.001"]
     run = tmp_path / "run"
-    Trainer(config, run, progress=False).run()
+    Trainer(load_config([GRPO_PP], [*overrides, "train.iterations=1"]), run, progress=False).run()
+    Trainer(load_config([GRPO_PP], overrides), run, progress=False).run(resume=True)
     lines = read_metrics(run)
     assert [line["iteration"] for line in lines] == [1, 2]
     assert all(line["trajectories"] == 2 and line["terminations"] == {"max_steps": 2} for line in lines)
