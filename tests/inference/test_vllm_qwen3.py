@@ -1,5 +1,6 @@
 """vLLM serves a (random, small) Qwen3ForCausalLM with the configured chat template: the server renders a chat to
-exactly the ids the token builder gives the hf engine, kwargs included, and samples from the Qwen3 architecture."""
+exactly the ids the token builder gives the hf engine, kwargs included, and plays multi-turn episodes in both
+history modes with exact tokens."""
 
 import importlib.util
 import json
@@ -9,7 +10,11 @@ import pytest
 import torch
 from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
+from memory_env import MemoryEnv, memory_task
 from patchgym.agent import tokens
+from patchgym.agent.check_tokens import check_trajectory
+from patchgym.agent.config import AgentConfig, SamplingConfig
+from patchgym.agent.loop import run_agent
 from patchgym.inference.base import SamplingParams
 from patchgym.inference.chat_template import configure_tokenizer
 from patchgym.inference.models import qwen3_tokenizer
@@ -54,3 +59,12 @@ def test_the_vllm_server_renders_the_chat_as_the_token_builder_does(qwen3_dir):
             assert json.loads(response.read())["tokens"] == expected  # the server's own chat rendering
         generation = engine.generate(expected, SamplingParams(max_new_tokens=5, seed=1))
         assert len(generation.token_ids) == len(generation.logprobs) >= 1
+        # A multi-turn episode through the vLLM engine: its first prompt is the hf engine's, every token exact.
+        for history in ("keep", "template"):
+            config = AgentConfig(history=history, max_steps=3, max_format_errors=10,
+                                 sampling=SamplingConfig(max_new_tokens=8, seed=2))
+            trajectory = run_agent(memory_task(), engine, MemoryEnv(), config)
+            assert trajectory.steps == 3 and trajectory.turns[0].prompt_ids == tokens.prompt_ids(
+                ours, trajectory.messages[:2])
+            check = check_trajectory(trajectory, ours)
+            assert check.ok, check.errors
