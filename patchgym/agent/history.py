@@ -2,7 +2,7 @@
 prompt extends the previous one and a trajectory is one exact token sequence.
 
 Templates that rewrite history (Qwen3's drops the `<think>` blocks of turns before the last user message, and
-re-renders the latest one as `<think>\\n` + reasoning + `\\n</think>\\n\\n` + content with its whitespace normalised) are
+re-renders the latest one as `<think>\\n` + reasoning + `\\n</think>\\n\\n` + content, whitespace normalised) are
 adapted the way SkyRL's `qwen3_acc_thinking` is: the assistant branch's reasoning logic is replaced by
 `'<|im_start|>' + message.role + '\\n' + content`, the message written as it was sampled. Every other part (system,
 tools, user, tool results, generation prompt) is the published template's own text.

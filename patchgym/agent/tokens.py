@@ -10,6 +10,12 @@ Per turn the sequence grows by three segments:
                   stops, so the "\n" is appended here; a completion cut at max_new_tokens gets the whole closing.
 When every sampled segment is the tokenizer's canonical encoding of its text, the sequence equals the tokenised
 template rendering of the trajectory's messages, token for token (tests/agent/test_tokens.py checks it).
+
+The rendering is the tokenizer's configured template (patchgym.inference.chat_template), adapted to keep history
+verbatim (patchgym.agent.history). An assistant message's content is what the generation prompt opened beyond the
+message's head (Qwen3-Thinking-2507's "<think>\n") followed by the sampled text, so rendering it gives back the
+prompt and the sample. With history "template" (step-wise) every turn's prompt_ids are instead the whole prompt as
+the published template renders it.
 """
 
 from dataclasses import dataclass
@@ -20,10 +26,6 @@ from patchgym.agent.trajectory import Trajectory
 # Stands in for an assistant message's content to find the template's closing text, which does not depend on it.
 _PROBE = "PATCHGYM_PROBE"
 THINK_END = "</think>"
-
-__all__ = ["TemplateMismatch", "SampledTurn", "render_text", "render_ids", "prompt_ids", "assistant_frame",
-           "close_completion", "split_completion", "sampled_turn", "observation_ids", "build_training_sequence"]
-
 
 def render_text(tokenizer, messages: list[dict], *, add_generation_prompt: bool, tools: list[dict] | None = None,
                 history: str = "keep") -> str:

@@ -63,7 +63,8 @@ def sequences_from_trajectories(
     return sequences
 
 
-def step_sequences(trajectory: Trajectory, advantage: float, *, mask_format_errors: bool = False) -> list[TrainSequence]:
+def step_sequences(trajectory: Trajectory, advantage: float, *,
+                   mask_format_errors: bool = False) -> list[TrainSequence]:
     """One TrainSequence per turn of a step-wise trajectory: the prompt exactly as rendered at that turn, plus its
     sampled ids, weighted so that the trajectory counts once (see the module docstring)."""
     turns = [t for t in trajectory.turns if t.completion_ids and not (mask_format_errors and t.format_error)]

@@ -24,7 +24,8 @@ KEYS = (
     "iteration", "stage", "optimizer_steps", "lr", "tasks", "trajectories", "rounds", "reward_mean", "reward_std",
     "reward_before_shaping", "resolve_rate", "resolved", "advantage_mean", "advantage_std", "advantage_min", "advantage_max",
     "advantage_zero_fraction", "trained_trajectories", "steps_per_trajectory", "sampled_tokens_per_trajectory",
-    "tokens_per_trajectory", "stepwise_extra_tokens", "observations_cut", "rollout_tokens_per_s", "terminations", "filters", "time_rollout_s", "time_grading_s",
+    "tokens_per_trajectory", "stepwise_extra_tokens", "observations_cut", "rollout_tokens_per_s", "terminations",
+    "filters", "time_rollout_s", "time_grading_s",
     "time_training_s", "time_weight_sync_s", "time_iteration_s", "time_rollout_wait_s", "policy_version_min",
     "staleness_mean", "staleness_max",
 )

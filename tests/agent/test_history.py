@@ -64,5 +64,6 @@ def test_a_template_that_cannot_be_made_append_only_fails_when_the_agent_is_made
 
     Engine.tokenizer = tokenizer
     with pytest.raises(UserError, match=r"agent.history=keep: the chat template of tiny-qwen3 .* cannot be made "
-                                        r"append-only for tool_format=text with user observations: .*first differing character at \d+"):
+                                        r"append-only for tool_format=text with user observations: "
+                                        r".*first differing character at \d+"):
         ModelAgent(Engine(), AgentConfig())

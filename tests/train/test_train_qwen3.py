@@ -18,7 +18,8 @@ GRPO_PP = Path(__file__).resolve().parents[2] / "configs" / "grpo++.yaml"
 
 
 @pytest.mark.parametrize("history", ["keep", "template"])
-def test_two_grpo_pp_iterations_and_a_resume_with_exact_tokens(backend, tiny, tiny_task, qwen3_template_path, tmp_path, history):
+def test_two_grpo_pp_iterations_and_a_resume_with_exact_tokens(backend, tiny, tiny_task, qwen3_template_path,
+                                                               tmp_path, history):
     if backend != "docker":
         pytest.skip("the loop test runs on the docker backend")
     tasks_file = tmp_path / "tasks.jsonl"

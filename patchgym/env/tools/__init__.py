@@ -5,8 +5,8 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchgym.env.tools.calls import (TOOL_NAMES, TOOL_SCHEMAS, FormatError, ToolCall, parse_tool_call, render_call_json,
-                                      render_call_xml, tool_schemas)
+from patchgym.env.tools.calls import (TOOL_NAMES, TOOL_SCHEMAS, FormatError, ToolCall, parse_tool_call,
+                                      render_call_json, render_call_xml, tool_schemas)
 
 TOOLS_DIR = "/opt/patchgym/tools"
 SCRIPT_PATH = f"{TOOLS_DIR}/sandbox_tools.py"
