@@ -342,13 +342,66 @@ def check_tokens(run: Path = typer.Argument(..., help="a run directory (or a tra
         raise typer.Exit(1)
 
 
+ChatTemplateOption = typer.Option(None, "--chat-template", help="a chat template file or a shipped name (qwen3, "
+                                                               "qwen3-thinking-2507); default: the model's own")
+ChatTemplateKwargsOption = typer.Option("{}", "--chat-template-kwargs",
+                                        help='JSON object of template variables, e.g. \'{"enable_thinking": false}\'')
+
+
+def _template_kwargs(text: str) -> dict:
+    try:
+        kwargs = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"--chat-template-kwargs is not JSON: {exc}") from None
+    if not isinstance(kwargs, dict):
+        raise UserError(f"--chat-template-kwargs must be a JSON object, got {text!r}")
+    return kwargs
+
+
+def configure_tokenizer_of(engine, chat_template: str | None, kwargs: dict):
+    """`engine`, its tokenizer given the template and kwargs (patchgym.inference.chat_template)."""
+    from patchgym.inference.chat_template import configure_tokenizer
+
+    configure_tokenizer(engine.tokenizer, chat_template, kwargs)
+    return engine
+
+
+@app.command("check-template")
+def check_template(model: str = typer.Option(..., help='"smollm2", "tiny-qwen3", a model directory or a hub id'),
+                   chat_template: str | None = ChatTemplateOption,
+                   chat_template_kwargs: str = ChatTemplateKwargsOption,
+                   as_json: bool = typer.Option(False, "--json", help="print the result as JSON")) -> None:
+    """Render a probe conversation (system, user, assistant turns with thinking and tool calls, observations) and say,
+    for each history mode, tool format and observation role, whether the template fits exactly; exit 1 when one
+    does not."""
+    from patchgym.agent.template_check import template_report
+    from patchgym.inference.chat_template import configure_tokenizer
+    from patchgym.inference.models import load_tokenizer
+
+    tokenizer = configure_tokenizer(load_tokenizer(model), chat_template, _template_kwargs(chat_template_kwargs))
+    fits = template_report(tokenizer)
+    if as_json:
+        print(json.dumps([{"history": f.history, "tool_format": f.tool_format, "observation_role": f.observation_role,
+                           "fits": f.fits, "problem": f.problem} for f in fits]))
+    else:
+        for fit in fits:
+            verdict = "fits exactly" if fit.fits else f"does not fit: {fit.problem}"
+            console.print(f"history={fit.history} tool_format={fit.tool_format} observations={fit.observation_role}: "
+                          f"{verdict}",
+                          style="green" if fit.fits else "red", markup=False, soft_wrap=True)
+    if not all(f.fits for f in fits):
+        raise typer.Exit(1)
+
+
 @app.command()
 def serve(model: str = typer.Option(..., help='"smollm2", "tiny", a model directory or a hub id'),
           port: int = typer.Option(..., help="port to listen on (0 = any free port)"),
           host: str = typer.Option("127.0.0.1", help="address to listen on"),
           max_batch: int = typer.Option(8, help="requests decoded together"),
           device: str = typer.Option("cpu", help="torch device"),
-          threads: int = typer.Option(1, help="torch CPU threads")) -> None:
+          threads: int = typer.Option(1, help="torch CPU threads"),
+          chat_template: str | None = ChatTemplateOption,
+          chat_template_kwargs: str = ChatTemplateKwargsOption) -> None:
     """Serve a model over an OpenAI-compatible API (exact token ids and logprobs) until Ctrl-C or SIGTERM."""
     import torch
 
@@ -356,8 +409,9 @@ def serve(model: str = typer.Option(..., help='"smollm2", "tiny", a model direct
     from patchgym.inference.server import serve as start_server
 
     torch.set_num_threads(threads)
+    kwargs = _template_kwargs(chat_template_kwargs)
     with HFEngine.from_spec(model, device=device, max_batch=max_batch) as engine, \
-            start_server(engine, host, port, model_name=model) as server:
+            start_server(configure_tokenizer_of(engine, chat_template, kwargs), host, port, model_name=model) as server:
         print(f"serving {model} at {server.base_url} (Ctrl-C to stop)", flush=True)
         try:
             while True:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from patchgym import paths
 from patchgym.config import Config
+from patchgym.errors import UserError
 
 MIN_FREE_GB = 2.0
 PACKAGES = ("docker", "pydantic", "pyyaml", "typer", "rich", "torch")
@@ -95,9 +96,29 @@ def _leftovers() -> Check:
                  "patchgym doctor --reap", required=False)
 
 
+def _chat_template(config: Config) -> Check:
+    """The configured model's chat template under the agent's history mode: what `patchgym check-template` says."""
+    from patchgym.agent.template_check import check_history
+    from patchgym.inference.chat_template import configure_tokenizer
+    from patchgym.inference.models import load_tokenizer
+
+    name = f"chat template ({config.inference.model}, history={config.agent.history})"
+    try:
+        tokenizer = load_tokenizer(config.inference.model)
+    except Exception as exc:  # noqa: BLE001 - a model not available here is reported, not raised
+        return Check(name, False, f"tokenizer not loadable: {exc}", "set inference.model", required=False)
+    configure_tokenizer(tokenizer, config.inference.chat_template, config.inference.chat_template_kwargs)
+    try:
+        check_history(tokenizer, config.agent)
+    except UserError as exc:
+        return Check(name, False, str(exc), "patchgym check-template --model M; pick inference.chat_template")
+    return Check(name, True, f"exact for tool_format={config.agent.tool_format}, {config.agent.observation_role} "
+                             "observations")
+
+
 def run_checks(config: Config) -> list[Check]:
     backend = config.sandbox.backend
     docker = _docker(required=backend == "docker")
     checks = [_packages(), docker, *_local(required=backend == "local"), _disk(),
-              _base_image(backend, docker.ok), _leftovers()]
+              _base_image(backend, docker.ok), _leftovers(), _chat_template(config)]
     return checks

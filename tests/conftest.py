@@ -53,6 +53,7 @@ HEAVY = {
     "cluster": "a real multi-node Ray cluster",
     "sandbox": "sandbox images and backends",
     "inference/test_vllm_engine.py": "a vLLM server",
+    "inference/test_vllm_qwen3.py": "a vLLM server",
     "inference/test_openai_server.py": "patchgym serve processes",
     "eval/test_eval_model.py": "evaluations through a served model",
     "train/test_train_ddp.py": "torchrun process groups",
@@ -269,3 +270,22 @@ def ci_tasks(backend):
     out = paths.store_dir() / "factory-ci" / backend
     build_tasks(CI_PACKAGES, 3, seed=0, out_dir=out, backend=backend, progress=False)
     return read_tasks(out / "tasks.jsonl")
+
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture(scope="session")
+def qwen3_template_path():
+    """The published chat templates of Qwen3 models (tests/fixtures/chat_templates/README.md), by name."""
+    return lambda name: FIXTURES / "chat_templates" / f"{name}.jinja"
+
+
+@pytest.fixture
+def qwen3_tokenizer(qwen3_template_path, tiny):  # `tiny` first: it builds SmolLM2's cache or skips
+    """A fresh tokenizer with Qwen3's special tokens; configure(name, **kwargs) gives it a real template."""
+    from patchgym.inference.chat_template import configure_tokenizer
+    from patchgym.inference.models import qwen3_tokenizer
+
+    return lambda name="qwen3", **kwargs: configure_tokenizer(qwen3_tokenizer(), str(qwen3_template_path(name)),
+                                                              kwargs)

@@ -52,7 +52,7 @@ class RunCheck:
 def check_trajectory(trajectory: Trajectory, tokenizer) -> TrajectoryCheck:
     """Check one trajectory's turns against its messages (see the module docstring)."""
     result = TrajectoryCheck(trajectory.trajectory_id or trajectory.task_id)
-    messages = trajectory.messages
+    messages, tools = trajectory.messages, trajectory.tools
     assistant_at = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
     if len(assistant_at) != len(trajectory.turns):
         result.errors.append(f"{len(trajectory.turns)} turns but {len(assistant_at)} assistant messages")
@@ -61,8 +61,10 @@ def check_trajectory(trajectory: Trajectory, tokenizer) -> TrajectoryCheck:
         before = messages[:at]
         where = f"turn {n}"
         try:
-            expected = (tokens.prompt_ids(tokenizer, before) if n == 0
-                        else tokens.observation_ids(tokenizer, before[:-1], before[-1]))
+            if n == 0 or trajectory.history == "template":  # step-wise: every prompt is rendered whole
+                expected = tokens.prompt_ids(tokenizer, before, tools, trajectory.history)
+            else:
+                expected = tokens.observation_ids(tokenizer, before[:-1], before[-1], tools)
         except tokens.TemplateMismatch as exc:
             result.errors.append(f"{where}: {exc}")
             continue
@@ -73,15 +75,16 @@ def check_trajectory(trajectory: Trajectory, tokenizer) -> TrajectoryCheck:
             result.errors.append(f"{where}: {len(turn.logprobs)} logprobs for {len(turn.completion_ids)} sampled ids")
         elif any(not (lp <= 0.0) for lp in turn.logprobs if not math.isnan(lp)):
             result.errors.append(f"{where}: a logprob above 0")
-        content_ids, close = tokens.split_completion(tokenizer, before, turn.completion_ids)
-        content = tokenizer.decode(content_ids, skip_special_tokens=False)
-        if content != messages[at]["content"] or content != turn.action:
-            result.errors.append(f"{where}: the sampled ids decode to {content[:60]!r}, the record says "
-                                 f"{messages[at]['content'][:60]!r}")
+        content_ids, close = tokens.split_completion(tokenizer, before, turn.completion_ids, tools)
+        sampled = tokens.sampled_turn(tokenizer, before, turn.completion_ids, tools)
+        if sampled.content != messages[at]["content"] or sampled.action != turn.action:
+            result.errors.append(f"{where}: the sampled ids decode to {sampled.content[-60:]!r}, the record says "
+                                 f"{messages[at]['content'][-60:]!r}")
         if close != turn.close_ids:
             result.errors.append(f"{where}: close ids {turn.close_ids} but the template closes with {close}")
         result.sampled_segments += 1
-        if tokenizer.encode(content, add_special_tokens=False) != content_ids:
+        text = tokenizer.decode(content_ids, skip_special_tokens=False)
+        if tokenizer.encode(text, add_special_tokens=False) != content_ids:
             result.non_canonical += 1
     return result
 
@@ -98,5 +101,13 @@ def run_model_spec(run_dir: Path) -> str | None:
 
 
 def check_run(run_dir: Path, tokenizer) -> RunCheck:
-    """Check every trajectory with turns in a run directory (every iteration of a train run) or a file."""
-    return RunCheck([check_trajectory(t, tokenizer) for t in read_trajectories(run_dir) if t.turns])
+    """Check every trajectory with turns in a run directory (every iteration of a train run) or a file, each with
+    the chat template it was played with (recorded in its `engine`), else the tokenizer's."""
+    default = tokenizer.chat_template
+    checks = []
+    for trajectory in read_trajectories(run_dir):
+        if trajectory.turns:
+            tokenizer.chat_template = trajectory.engine.get("chat_template", default)
+            checks.append(check_trajectory(trajectory, tokenizer))
+    tokenizer.chat_template = default
+    return RunCheck(checks)

@@ -3,7 +3,7 @@
 from typing import Literal
 
 import jinja2
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from patchgym.inference import SamplingParams
 
@@ -28,6 +28,14 @@ Call exactly one tool per response, in this format:
 <parameter=PARAM_NAME>value</parameter>
 </function>
 You may think before the call. The tool's output comes back in the next message.
+"""
+
+# tool_format native: the chat template presents the tools (as JSON schemas) and the call format itself.
+NATIVE_SYSTEM_PROMPT = """\
+You are a programming agent. You are given a GitHub issue and a bash environment with the repository in /testbed, \
+and your job is to change the repository's non-test files so that the issue is resolved.
+
+Call exactly one tool per response. You may think before the call. The tool's output comes back in the next message.
 """
 
 INSTANCE_PROMPT = """\
@@ -84,18 +92,41 @@ class AgentConfig(BaseModel):
     system_prompt: str = Field(SYSTEM_PROMPT, description="Jinja; variables: tools (the tool schemas)")
     instance_prompt: str = Field(INSTANCE_PROMPT, description="Jinja; variables: problem_statement, workdir, task")
     observation_template: str = Field(OBSERVATION, description="Jinja; variables: observation, steps_remaining")
+    tool_format: Literal["text", "native"] = Field("text", description=(
+        "text: the tools described in the system prompt, calls written as R2E-Gym XML (or JSON) in the text; "
+        "native: the tools passed to the chat template as JSON schemas (with this run's workdir and timeout), calls "
+        "as <tool_call>{json}</tool_call>, results as `tool` messages"))
     observation_role: Literal["user", "tool"] = Field(
-        "user", description="chat role of observations; 'user' works with every chat template")
+        "user", description="chat role of observations; 'user' works with every chat template (native: tool)")
+    history: Literal["keep", "template"] = Field("keep", description=(
+        "keep: every turn's sampled text, thinking included, stays in the chat verbatim, so each prompt extends "
+        "the previous one and a trajectory is one sequence (templates that drop old thinking, like Qwen3's, are "
+        "adapted and checked at start-up: patchgym.agent.history); template: the history is what the published "
+        "template renders (earlier thinking dropped), each turn's prompt is rendered whole and trains as its own "
+        "step-wise sample (costs re-feeding the prefix every turn: metrics stepwise_extra_tokens)"))
     max_steps: int = Field(50, ge=1, description="turns before `max_steps` (eval uses 100: patchgym/eval/defaults.yaml)")
     max_context_tokens: int = Field(8192, ge=16, description=(
         "prompt + all sampled tokens, checked before each generation (`max_context`); a turn cut to fit still "
         "gets its unsampled closing (ChatML: 2 tokens) after it"))
+    on_context_full: Literal["end", "truncate_observation"] = Field("end", description=(
+        "end: the trajectory ends as `max_context` when no token fits; truncate_observation: an observation after "
+        "which a whole turn (sampling.max_new_tokens) would not fit is cut in its middle to make room, keeping its "
+        "head and tail with a marker (the turn's observation_cut_tokens; metrics observations_cut)"))
     max_seconds: float = Field(1800.0, gt=0, description="wall clock per trajectory before `timeout`")
     max_format_errors: int = Field(5, ge=1, description="consecutive turns without a valid tool call")
     command_timeout_s: float = Field(90.0, gt=0, description="per tool command, inside the sandbox")
     max_patch_bytes: int = Field(1_000_000, ge=1, description=(
         "a bigger final patch ends the trajectory as `patch_too_large` (reward 0), neither kept nor graded"))
     sampling: SamplingConfig = SamplingConfig()
+
+    @model_validator(mode="after")
+    def _native_defaults(self) -> "AgentConfig":
+        if self.tool_format == "native":
+            if self.system_prompt == SYSTEM_PROMPT:
+                self.system_prompt = NATIVE_SYSTEM_PROMPT
+            if "observation_role" not in self.model_fields_set:
+                self.observation_role = "tool"
+        return self
 
     _compiles = field_validator("system_prompt", "instance_prompt", "observation_template")(
         classmethod(lambda cls, text: check_template(text)))

@@ -18,10 +18,11 @@ from pathlib import Path
 
 from patchgym.agent import tokens
 from patchgym.agent.config import AgentConfig, render
+from patchgym.agent.context import cut_to_fit
 from patchgym.agent.trajectory import Trajectory, Turn
 from patchgym.env.base import Env
 from patchgym.env.swe_env import SWEEnv
-from patchgym.env.tools import TOOL_SCHEMAS
+from patchgym.env.tools import tool_schemas
 from patchgym.inference import Engine, Generation, SamplingParams
 from patchgym.sandbox import DiffFailed, DiffTooLarge, SandboxConfig, SandboxError, SandboxKilled
 from patchgym.tasks import Task
@@ -108,7 +109,10 @@ async def engine_generate(engine: Engine, ids: list[int], messages: list[dict], 
 
 
 def describe_engine(engine: Engine) -> dict:
-    return {"class": type(engine).__name__, "model": getattr(engine.tokenizer, "name_or_path", "")}
+    """Engine class and model, and the chat template its tokenizer renders with (check-tokens re-renders with it)."""
+    template = getattr(engine.tokenizer, "chat_template", None)
+    return {"class": type(engine).__name__, "model": getattr(engine.tokenizer, "name_or_path", ""),
+            **({"chat_template": template} if isinstance(template, str) else {})}
 
 
 async def _episode(trajectory: Trajectory, task: Task, engine: Engine, env: Env, config: AgentConfig,
@@ -117,20 +121,25 @@ async def _episode(trajectory: Trajectory, task: Task, engine: Engine, env: Env,
     tokenizer = engine.tokenizer
     statement = await asyncio.to_thread(env.reset, task)
     messages = trajectory.messages
-    messages += [{"role": "system", "content": render(config.system_prompt, tools=TOOL_SCHEMAS)},
+    schemas = tool_schemas(task.workdir, config.command_timeout_s)
+    trajectory.tools = tools = schemas if config.tool_format == "native" else None
+    messages += [{"role": "system", "content": render(config.system_prompt, tools=schemas)},
                  {"role": "user", "content": render(config.instance_prompt, problem_statement=statement,
                                                     workdir=task.workdir, task=task)}]
-    ids: list[int] = []  # every token the model has seen or sampled, in order
-    segment = tokens.prompt_ids(tokenizer, messages) if tokenizer is not None else []
+    trajectory.history = config.history
+    stepwise = config.history == "template"  # each turn's prompt is rendered whole, not appended to
+    ids: list[int] = []  # every token the model has seen or sampled, in order (step-wise: this turn's)
+    segment = tokens.prompt_ids(tokenizer, messages, tools, config.history) if tokenizer is not None else []
     consecutive_errors = 0
     for step in range(config.max_steps):
         if time.monotonic() - start > config.max_seconds:
             raise Terminated("timeout")
+        ids = [] if stepwise else ids
         room = config.max_context_tokens - (len(ids) + len(segment) if tokenizer is not None else 0)
         if room < 1:  # not even one token could be sampled after this prompt
             raise Terminated("max_context")
         ids += segment
-        turn = await _generate(generate, tokenizer, config, messages, ids, segment, step, room)
+        turn = await _generate(generate, tokenizer, config, messages, ids, segment, step, room, tools)
         ids += turn.completion_ids + turn.close_ids
         trajectory.turns.append(turn)  # before acting: if the sandbox dies now, turns still match messages
         done = await asyncio.to_thread(_act, env, turn)
@@ -143,29 +152,57 @@ async def _episode(trajectory: Trajectory, task: Task, engine: Engine, env: Env,
         remaining = config.max_steps - step - 1
         if remaining == 0:
             break
-        observation = {"role": config.observation_role,
-                       "content": render(config.observation_template, observation=turn.observation,
-                                         steps_remaining=remaining)}
-        segment = tokens.observation_ids(tokenizer, messages, observation) if tokenizer is not None else []
+        observation, segment = _observation(tokenizer, config, messages, turn, tools, remaining,
+                                            used=0 if stepwise else len(ids))
         messages.append(observation)
     raise Terminated("max_steps")
 
 
+def _observation(tokenizer, config: AgentConfig, messages: list[dict], turn: Turn, tools: list[dict] | None,
+                 remaining: int, used: int) -> tuple[dict, list[int]]:
+    """The observation message answering `turn` and the next prompt's ids; with truncate_observation, an output
+    after which a whole turn would not fit in the `used` context is cut (the turn records how much)."""
+    def message(text: str) -> dict:
+        return {"role": config.observation_role,
+                "content": render(config.observation_template, observation=text, steps_remaining=remaining)}
+
+    def segment_of(text: str) -> list[int]:
+        return _next_prompt(tokenizer, messages, message(text), tools, config.history)
+
+    text, segment = turn.observation, segment_of(turn.observation)
+    if config.on_context_full == "truncate_observation" and tokenizer is not None:
+        limit = config.max_context_tokens - used - config.sampling.max_new_tokens
+        text, segment, turn.observation_cut_tokens = cut_to_fit(tokenizer, text, segment_of, limit)
+    return message(text), segment
+
+
+def _next_prompt(tokenizer, messages: list[dict], observation: dict, tools: list[dict] | None,
+                 history: str) -> list[int]:
+    """The ids of the next turn's prompt segment: the observation's delta (keep) or the whole prompt (template)."""
+    if tokenizer is None:
+        return []
+    if history == "template":
+        return tokens.prompt_ids(tokenizer, [*messages, observation], tools, history)
+    return tokens.observation_ids(tokenizer, messages, observation, tools)
+
+
 async def _generate(generate: Generate, tokenizer, config: AgentConfig, messages: list[dict], ids: list[int],
-                    segment: list[int], step: int, room: int) -> Turn:
+                    segment: list[int], step: int, room: int, tools: list[dict] | None) -> Turn:
     """Sample one turn after `ids` (which end with `segment`) and append the assistant message to `messages`."""
     began = time.monotonic()
     params = config.sampling.params(step, min(config.sampling.max_new_tokens, room))
     generation = await generate(list(ids), messages, params)
     elapsed = time.monotonic() - began
     if tokenizer is None:  # a text-only engine: its text is the message, and no token was sampled
-        content, close = generation.text or "", []
+        text = generation.text or ""
+        sampled = tokens.SampledTurn(text, "", text, [], 0, 0)
     else:
-        content, close = tokens.close_completion(tokenizer, messages, generation.token_ids)
-    messages.append({"role": "assistant", "content": content})
+        sampled = tokens.sampled_turn(tokenizer, messages, generation.token_ids, tools)
+    messages.append({"role": "assistant", "content": sampled.content})
     return Turn(prompt_ids=segment, completion_ids=list(generation.token_ids), logprobs=list(generation.logprobs),
-                finish_reason=generation.finish_reason, close_ids=close, action=content, generate_s=elapsed,
-                exact=getattr(generation, "exact", True))
+                finish_reason=generation.finish_reason, close_ids=sampled.close_ids, action=sampled.action,
+                reasoning=sampled.reasoning, thinking_tokens=sampled.thinking_tokens,
+                action_tokens=sampled.action_tokens, generate_s=elapsed, exact=getattr(generation, "exact", True))
 
 
 def _act(env: Env, turn: Turn) -> bool:

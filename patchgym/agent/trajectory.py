@@ -5,6 +5,7 @@ only completion_ids were sampled (see patchgym.agent.tokens).
 """
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -25,12 +26,18 @@ class Turn(BaseModel):
     finish_reason: str = Field(description="the engine's: stop or length")
     close_ids: list[int] = Field(description="template tokens that close the assistant message after the sampled "
                                              "ids (SmolLM2: the newline after <|im_end|>); never sampled")
-    action: str = Field(description="the assistant message content: the sampled ids decoded, end-of-turn dropped")
+    action: str = Field(description="what the environment was given: the sampled ids decoded, end-of-turn dropped, "
+                                    "after the thinking (the message content is the whole sample)")
+    reasoning: str = Field("", description="the thinking text: the sampled ids before </think>")
+    thinking_tokens: int = Field(0, description="sampled ids up to and including </think>")
+    action_tokens: int = Field(0, description="sampled ids after </think>, end-of-turn excluded")
     tool_call: dict | None = Field(None, description="{name, arguments} as parsed; null on a format error")
     format_error: bool = False
     exact: bool = Field(True, description="false when a remote engine gave text, not ids, and completion_ids are "
                                           "its re-tokenisation")
     observation: str = Field("", description="the environment's answer (before the steps-remaining note)")
+    observation_cut_tokens: int = Field(0, description="tokens cut from the observation's middle to fit the "
+                                                       "context (agent.on_context_full truncate_observation)")
     exit_code: int | None = None
     generate_s: float = 0.0
     step_s: float = 0.0
@@ -47,6 +54,11 @@ class Trajectory(BaseModel):
     attempt: int = Field(1, description="1 + the infrastructure retries it took")
     messages: list[dict[str, str]] = Field(default_factory=list, description="the chat the model saw, in order; "
                                            "its template rendering is the token sequence")
+    history: Literal["keep", "template"] = Field("keep", description=(
+        "keep: one sequence, prompts are appended deltas; template: each turn's prompt_ids are the whole prompt as "
+        "the published template rendered it, and the turns train as step-wise samples"))
+    tools: list[dict] | None = Field(None, description="the tool schemas the chat template rendered (agent.tool_format "
+                                                      "native); null when the tools were described in the text")
     turns: list[Turn] = Field(default_factory=list)
     patch: str = ""
     termination: Termination | None = Field(None, description="null only while running (or after a crash)")

@@ -4,25 +4,32 @@ import os
 
 import torch
 
+from patchgym.inference.chat_template import configure_tokenizer
 from patchgym.inference.config import InferenceConfig
 
 
 def make_engine(config: InferenceConfig):
     """An Engine for `config`: hf loads the model here; openai connects to `base_url` and loads only a tokenizer;
-    vllm starts a vLLM server (a subprocess) on the model."""
+    vllm starts a vLLM server (a subprocess) on the model. Every engine's tokenizer carries the configured chat
+    template (patchgym.inference.chat_template)."""
     if config.engine == "hf":
         from patchgym.inference.hf import HFEngine
 
         torch.set_num_threads(config.threads)
-        return HFEngine.from_spec(config.model, device=config.device, max_batch=config.max_batch)
+        engine = HFEngine.from_spec(config.model, device=config.device, max_batch=config.max_batch)
+        configure_tokenizer(engine.tokenizer, config.chat_template, config.chat_template_kwargs)
+        return engine
     if config.engine == "openai":
         from patchgym.inference.models import load_tokenizer
         from patchgym.inference.openai_engine import OpenAIEngine
 
         if not config.base_url:
             raise ValueError("inference.engine=openai needs inference.base_url (e.g. http://127.0.0.1:8000/v1)")
-        return OpenAIEngine(config.base_url, config.server_model or config.model, load_tokenizer(config.model),
-                            api_key=os.environ.get(config.api_key_env) or "EMPTY", api=config.api)
+        tokenizer = configure_tokenizer(load_tokenizer(config.model), config.chat_template,
+                                        config.chat_template_kwargs)
+        return OpenAIEngine(config.base_url, config.server_model or config.model, tokenizer,
+                            api_key=os.environ.get(config.api_key_env) or "EMPTY", api=config.api,
+                            chat_template_kwargs=config.chat_template_kwargs)
     if config.engine == "vllm":
         from patchgym.inference.vllm_engine import VLLMEngine
 

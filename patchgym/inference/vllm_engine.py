@@ -26,6 +26,7 @@ import torch
 from safetensors.torch import save_file
 
 from patchgym.inference.base import SamplingParams
+from patchgym.inference.chat_template import configure_tokenizer
 from patchgym.inference.models import load_tokenizer, smollm2_dir
 from patchgym.inference.openai_engine import OpenAIEngine, OpenAIEngineError
 
@@ -45,12 +46,15 @@ class VLLMEngine(OpenAIEngine):
 
     def __init__(self, spec: str = "smollm2", *, dtype: str = "float32", kv_cache_gb: float = 1.0,
                  max_batch: int = 8, extra_args: Iterable[str] = (), start_timeout_s: float = 300.0,
-                 seed: int = 0):
+                 seed: int = 0, chat_template: str | None = None, chat_template_kwargs: dict | None = None):
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
         self.model_dir, self.dtype = model_dir(spec), dtype
         self.workdir = Path(tempfile.mkdtemp(prefix="patchgym-vllm-"))
         self.log_path = self.workdir / "server.log"
+        # The server renders chats with the same text the token builder uses (kwargs written into it).
+        tokenizer = configure_tokenizer(load_tokenizer(spec), chat_template, chat_template_kwargs or {})
+        (self.workdir / "chat_template.jinja").write_text(tokenizer.chat_template)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._weights_dir: Path | None = None
@@ -66,6 +70,7 @@ class VLLMEngine(OpenAIEngine):
             # log softmax(logits / T), as Generation.logprobs promises ("raw" would ignore T). With top-k/top-p/min-p
             # on, vLLM reports the truncated, renormalised distribution's logprob: what was really sampled from.
             "--logprobs-mode", "processed_logprobs",
+            "--chat-template", str(self.workdir / "chat_template.jinja"),
             *extra_args,
         ]
         env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1"}  # adds /collective_rpc and /reset_prefix_cache
@@ -76,7 +81,7 @@ class VLLMEngine(OpenAIEngine):
         atexit.register(self.close)  # the server is in its own session: it would outlive an interpreter that exits
         try:
             self._wait_ready(start_timeout_s)
-            super().__init__(f"{self.url}/v1", spec, load_tokenizer(spec))
+            super().__init__(f"{self.url}/v1", spec, tokenizer)
         except BaseException:
             self.close()
             raise
@@ -86,7 +91,8 @@ class VLLMEngine(OpenAIEngine):
         """An engine for an InferenceConfig with engine=vllm."""
         return cls(config.model, dtype=config.vllm_dtype, kv_cache_gb=config.vllm_kv_cache_gb,
                    max_batch=config.max_batch, extra_args=config.vllm_args,
-                   start_timeout_s=config.vllm_start_timeout_s)
+                   start_timeout_s=config.vllm_start_timeout_s, chat_template=config.chat_template,
+                   chat_template_kwargs=config.chat_template_kwargs)
 
     @property
     def pid(self) -> int:

@@ -73,8 +73,14 @@ def aggregate_loss(
     *,
     global_tokens: float | None = None,
     global_seqs: float | None = None,
+    row_tokens: Tensor | None = None,
 ) -> Tensor:
-    """Reduce a [batch, tokens] loss to a scalar with `mode`; denominators default to those of `mask` itself."""
+    """Reduce a [batch, tokens] loss to a scalar with `mode`; denominators default to those of `mask` itself.
+
+    `row_tokens` [batch] is L_i of each row's sequence; a step-wise row (one turn of a trajectory) carries its
+    whole trajectory's policy tokens there, so seq-mean-token-mean counts the trajectory as one sequence (the
+    count B of `global_seqs` then counts trajectories too: patchgym.train.batch). Default: each row's own tokens.
+    """
     if mode not in AGGREGATIONS:
         raise ValueError(f"unknown loss aggregation {mode!r}; known: {', '.join(sorted(AGGREGATIONS))}")
     tokens, seqs = step_denominators(mask)
@@ -83,7 +89,7 @@ def aggregate_loss(
     mask = mask.to(per_token.dtype)
     # where(), not a product: a padded position may hold inf or NaN, and inf * 0 would make the loss NaN.
     row_sums = torch.where(mask > 0, per_token, 0.0).sum(-1)
-    return AGGREGATIONS[mode](row_sums, mask.sum(-1), den)
+    return AGGREGATIONS[mode](row_sums, mask.sum(-1) if row_tokens is None else row_tokens.to(mask.dtype), den)
 
 
 def policy_loss(
@@ -101,6 +107,7 @@ def policy_loss(
     tis_cap: float | None = None,
     global_tokens: float | None = None,
     global_seqs: float | None = None,
+    row_tokens: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """Clipped surrogate loss (minimised) and its metrics.
 
@@ -126,7 +133,8 @@ def policy_loss(
     if rollout_logprobs is not None and tis_cap is not None:
         weights = torch.exp(old_logprobs - rollout_logprobs).clamp(max=tis_cap).detach()
         loss = loss * weights
-    total = aggregate_loss(loss, mask, agg_mode, norm_constant, global_tokens=global_tokens, global_seqs=global_seqs)
+    total = aggregate_loss(loss, mask, agg_mode, norm_constant, global_tokens=global_tokens, global_seqs=global_seqs,
+                           row_tokens=row_tokens)
     with torch.no_grad():
         clip_active = clipped > unclipped
         metrics = {

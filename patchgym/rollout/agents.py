@@ -7,6 +7,7 @@ from typing import Protocol
 from patchgym.agent.config import AgentConfig
 from patchgym.agent.loop import Generate, arun_agent, describe_engine
 from patchgym.agent.reference import Policy, PolicyEngine
+from patchgym.agent.template_check import check_history
 from patchgym.agent.trajectory import Trajectory
 from patchgym.env.base import Env
 from patchgym.inference import Engine
@@ -28,6 +29,8 @@ class ModelAgent:
 
     def __init__(self, engine: Engine, config: AgentConfig, model: str = ""):
         self.engine, self.config, self.model = engine, config, model
+        if engine.tokenizer is not None and not engine.needs_messages:  # before any rollout, not during them
+            check_history(engine.tokenizer, config)
 
     async def play(self, task: Task, env: Env, generate: Generate, save_path: Path | None) -> Trajectory:
         return await arun_agent(task, self.engine, env, self.config, save_path=save_path, generate=generate)

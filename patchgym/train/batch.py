@@ -1,5 +1,13 @@
 """Training batches from trajectories: one token sequence per trajectory (built from its stored ids, never
-re-tokenised), micro-batches packed by a token budget, and padded tensors for one forward pass."""
+re-tokenised), or one per turn for step-wise trajectories (agent.history template), micro-batches packed by a token
+budget, and padded tensors for one forward pass.
+
+Step-wise normalisation: the steps of one trajectory count as that one trajectory. Every step row carries its
+trajectory's advantage, weight 1/steps (so B, the sequence count of seq-mean aggregations, counts trajectories) and
+its trajectory's policy tokens as L_i (so seq-mean-token-mean divides by the trajectory's length, not the step's).
+token-mean needs nothing: it counts tokens. The loss of a step-wise trajectory is then the loss its turns would
+have as one sequence, with the same tokens sampled.
+"""
 
 from collections.abc import Sequence, Sized
 from dataclasses import dataclass
@@ -20,6 +28,8 @@ class TrainSequence:
     rollout_logprobs: list[float]  # the engine's logprob of each sampled token, 0 elsewhere
     advantage: float
     trajectory_id: str = ""
+    weight: float = 1.0  # its share of its trajectory in the sequence count B: 1 / steps for a step-wise row
+    trajectory_tokens: int = 0  # L_i of seq-mean-token-mean: its trajectory's policy tokens (0: its own)
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -42,12 +52,39 @@ def sequences_from_trajectories(
         raise ValueError(f"{len(trajectories)} trajectories but {len(advantages)} advantages")
     sequences = []
     for trajectory, advantage in zip(trajectories, advantages):
+        if trajectory.history == "template":
+            sequences += step_sequences(trajectory, float(advantage), mask_format_errors=mask_format_errors)
+            continue
         input_ids, loss_mask, logprobs = build_training_sequence(trajectory)
         if mask_format_errors:
             loss_mask = _mask_format_error_turns(trajectory, loss_mask)
         if any(loss_mask):
             sequences.append(TrainSequence(input_ids, loss_mask, logprobs, float(advantage), trajectory.trajectory_id))
     return sequences
+
+
+def step_sequences(trajectory: Trajectory, advantage: float, *,
+                   mask_format_errors: bool = False) -> list[TrainSequence]:
+    """One TrainSequence per turn of a step-wise trajectory: the prompt exactly as rendered at that turn, plus its
+    sampled ids, weighted so that the trajectory counts once (see the module docstring)."""
+    turns = [t for t in trajectory.turns if t.completion_ids and not (mask_format_errors and t.format_error)]
+    total = sum(len(t.completion_ids) for t in turns)
+    if not turns:
+        return []
+    return [TrainSequence(t.prompt_ids + t.completion_ids, [0] * len(t.prompt_ids) + [1] * len(t.completion_ids),
+                          [0.0] * len(t.prompt_ids) + t.logprobs, advantage, trajectory.trajectory_id,
+                          weight=1 / len(turns), trajectory_tokens=total) for t in turns]
+
+
+def stepwise_extra_tokens(trajectories: Sequence[Trajectory]) -> int:
+    """Input tokens that step-wise training feeds beyond one sequence per trajectory: every step re-feeds its
+    prompt, so this is the sum of all steps' lengths minus the last step's (which holds the whole history)."""
+    extra = 0
+    for trajectory in trajectories:
+        if trajectory.history == "template" and trajectory.turns:
+            lengths = [len(t.prompt_ids) + len(t.completion_ids) for t in trajectory.turns]
+            extra += sum(lengths) - lengths[-1]
+    return extra
 
 
 def _mask_format_error_turns(trajectory: Trajectory, loss_mask: list[int]) -> list[int]:
@@ -96,4 +133,5 @@ def collate(sequences: Sequence[TrainSequence], pad_id: int) -> dict[str, Tensor
         "loss_mask": padded([s.loss_mask for s in sequences], 0, torch.float32),
         "rollout_logprobs": padded([s.rollout_logprobs for s in sequences], 0.0, torch.float32),
         "advantages": torch.tensor([[s.advantage] for s in sequences], dtype=torch.float32).expand(-1, width).clone(),
+        "row_tokens": torch.tensor([s.trajectory_tokens or s.policy_tokens for s in sequences], dtype=torch.float32),
     }

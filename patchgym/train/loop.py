@@ -116,7 +116,8 @@ class Trainer:
         record = {
             "iteration": n, "stage": state.stage, "optimizer_steps": state.optimizer_steps,
             "lr": self.policy.lr(), "rounds": rollouts.rounds, **rollout_stats(rollouts.trajectories),
-            **reward_stats(rewards), **advantage_stats(advantages), "trained_trajectories": len(sequences),
+            **reward_stats(rewards), **advantage_stats(advantages),
+            "trained_trajectories": round(sum(s.weight for s in sequences)),  # step-wise rows weigh 1/steps
             "rollout_tokens_per_s": rollouts.sampled_tokens / max(rollouts.seconds, 1e-9),
             "filters": {**rollouts.filters, **({"curriculum": rollouts.curriculum} if rollouts.curriculum else {})},
             **update_metrics(update), **staleness_stats(rollouts.batch, n - 1),

@@ -17,13 +17,15 @@ from torch import Tensor
 
 from patchgym.agent.trajectory import Trajectory, reward
 from patchgym.files import append_line, write_atomic
+from patchgym.train.batch import stepwise_extra_tokens
 
 # Keys of every line (the policy update's own metrics come on top); nested dicts are counts.
 KEYS = (
     "iteration", "stage", "optimizer_steps", "lr", "tasks", "trajectories", "rounds", "reward_mean", "reward_std",
     "reward_before_shaping", "resolve_rate", "resolved", "advantage_mean", "advantage_std", "advantage_min", "advantage_max",
     "advantage_zero_fraction", "trained_trajectories", "steps_per_trajectory", "sampled_tokens_per_trajectory",
-    "tokens_per_trajectory", "rollout_tokens_per_s", "terminations", "grade_outcomes", "filters", "time_rollout_s", "time_grading_s",
+    "tokens_per_trajectory", "stepwise_extra_tokens", "observations_cut", "rollout_tokens_per_s", "terminations",
+    "grade_outcomes", "filters", "time_rollout_s", "time_grading_s",
     "time_training_s", "time_weight_sync_s", "time_iteration_s", "time_rollout_wait_s", "policy_version_min",
     "staleness_mean", "staleness_max",
 )
@@ -85,6 +87,8 @@ def rollout_stats(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
         "sampled_tokens_per_trajectory": _mean([t.sampled_tokens for t in scored]),
         "tokens_per_trajectory": _mean([sum(len(x.prompt_ids) + len(x.completion_ids) + len(x.close_ids)
                                             for x in t.turns) for t in scored]),
+        "stepwise_extra_tokens": stepwise_extra_tokens(scored),  # agent.history template: prefixes fed again
+        "observations_cut": sum(x.observation_cut_tokens > 0 for t in scored for x in t.turns),
         "terminations": dict(sorted(Counter(t.termination or "unfinished" for t in trajectories).items())),
         # each grading outcome under its own name: a no_tests_ran scored 0 is told apart from a failing test
         "grade_outcomes": dict(sorted(Counter(t.grade.outcome for t in trajectories if t.grade is not None).items())),

@@ -93,7 +93,9 @@ def step_denominators_of(sequences: Sequence[TrainSequence], process_group=None,
                          device: torch.device | str = "cpu") -> Denominators:
     """Policy tokens and non-empty sequences of `sequences`, summed over the ranks of `process_group` (the counts
     travel on `device`: NCCL reduces only GPU tensors); L_const, where used, is the algorithm's."""
-    counts = torch.tensor([sum(s.policy_tokens for s in sequences), sum(s.policy_tokens > 0 for s in sequences)],
+    # A step-wise row weighs its share of its trajectory, so B counts trajectories, however many steps each has.
+    counts = torch.tensor([sum(s.policy_tokens for s in sequences),
+                           sum(s.weight for s in sequences if s.policy_tokens > 0)],
                           dtype=torch.float64, device=device)
     if process_group is not None:
         dist.all_reduce(counts, group=process_group)
@@ -140,13 +142,13 @@ def accumulate_policy_gradients(
             logprobs, old, batch["advantages"], mask, clip_low=algo.clip_low, clip_high=algo.clip_high,
             dual_clip=algo.dual_clip, agg_mode=algo.loss_agg_mode, norm_constant=algo.norm_constant,
             rollout_logprobs=batch["rollout_logprobs"], tis_cap=algo.tis_cap,
-            global_tokens=den.tokens, global_seqs=den.seqs)
+            global_tokens=den.tokens, global_seqs=den.seqs, row_tokens=batch["row_tokens"])
         if algo.entropy_coef > 0:
-            loss = loss - algo.entropy_coef * _aggregate(entropy, mask, algo, den)
+            loss = loss - algo.entropy_coef * _aggregate(entropy, mask, algo, den, batch["row_tokens"])
         metrics["entropy"] = _masked_sum(entropy.detach(), mask) / max(metrics["tokens"], 1)
         if algo.kl_coef > 0:
             kl = kl_penalty(logprobs, _reference_logprobs(ref_model, batch), algo.kl_kind)
-            loss = loss + algo.kl_coef * _aggregate(kl, mask, algo, den)
+            loss = loss + algo.kl_coef * _aggregate(kl, mask, algo, den, batch["row_tokens"])
             metrics["kl"] = _masked_sum(kl.detach(), mask) / max(metrics["tokens"], 1)
         loss.backward()
         total += float(loss.detach())
@@ -242,10 +244,11 @@ def _old_logprobs(model: nn.Module, sequences: Sequence[TrainSequence], indices:
     return old
 
 
-def _aggregate(per_token: Tensor, mask: Tensor, algo: AlgorithmConfig, den: Denominators) -> Tensor:
+def _aggregate(per_token: Tensor, mask: Tensor, algo: AlgorithmConfig, den: Denominators,
+               row_tokens: Tensor) -> Tensor:
     """A per-token term (KL, entropy) reduced as the policy loss is: same mode, same step-wide denominators."""
     return aggregate_loss(per_token, mask, algo.loss_agg_mode, algo.norm_constant, global_tokens=den.tokens,
-                          global_seqs=den.seqs)
+                          global_seqs=den.seqs, row_tokens=row_tokens)
 
 
 def _micro_batches(model: nn.Module, sequences: Sequence[TrainSequence], micro_token_budget: int,

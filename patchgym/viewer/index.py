@@ -69,13 +69,14 @@ class TrajectoryIndex:
 
 
 def detail(trajectory: Trajectory) -> dict:
-    """What the page shows of one trajectory: the task prompt, each turn split into thought and tool call, the
-    patch, and the grade per test."""
+    """What the page shows of one trajectory: the task prompt, each turn's thinking (shown folded) and its action
+    split into thought and tool call, the patch, and the grade per test."""
     prompt = next((m.get("content", "") for m in trajectory.messages if m.get("role") == "user"), "")
     turns = []
     for n, turn in enumerate(trajectory.turns, 1):
         thought, call = split_action(turn.action, turn.tool_call is not None)
-        turns.append({"n": n, "thought": thought.strip(), "call": call.strip(), "tool_call": turn.tool_call,
+        turns.append({"n": n, "thinking": turn.reasoning, "thinking_tokens": turn.thinking_tokens,
+                      "thought": thought.strip(), "call": call.strip(), "tool_call": turn.tool_call,
                       "format_error": turn.format_error, "observation": turn.observation,
                       "exit_code": turn.exit_code, "sampled_tokens": len(turn.completion_ids),
                       "finish_reason": turn.finish_reason, "generate_s": turn.generate_s, "step_s": turn.step_s})

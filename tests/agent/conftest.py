@@ -46,4 +46,5 @@ class ScriptedEngine:
 
 @pytest.fixture
 def scripted(tokenizer):
-    return lambda actions: ScriptedEngine(tokenizer, actions)
+    """scripted(actions) on SmolLM2's tokenizer, or scripted(actions, another_tokenizer)."""
+    return lambda actions, other=None: ScriptedEngine(other or tokenizer, actions)

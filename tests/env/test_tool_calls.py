@@ -195,3 +195,20 @@ def test_schemas_describe_the_four_tools():
         params = schema["function"]["parameters"]
         assert schema["type"] == "function" and schema["function"]["description"]
         assert params["type"] == "object" and set(params["required"]) <= set(params["properties"])
+
+
+def test_tool_schemas_tell_the_run_s_workdir_and_timeout():
+    from patchgym.env.tools import TOOL_SCHEMAS, tool_schemas
+
+    schemas = tool_schemas("/work/repo", 30)
+    text = str(schemas)
+    assert "/testbed" not in text and "/work/repo" in text and "killed after 30 seconds" in text
+    assert tool_schemas() == TOOL_SCHEMAS  # the defaults are the published descriptions
+
+
+def test_a_native_call_round_trips():
+    from patchgym.env.tools import render_call_json
+
+    call = ToolCall("file_editor", {"command": "view", "path": "a.py", "view_range": [1, 5]})
+    parsed = parse_tool_call(render_call_json(call))
+    assert (parsed.name, parsed.arguments) == (call.name, call.arguments)

@@ -95,6 +95,21 @@ def test_api_lists_eval_trajectories_and_splits_thought_from_call(url):
         get(f"{url}/api/trajectory/3")
 
 
+def test_api_gives_each_turns_thinking_apart_from_its_action(tmp_path):
+    thinker = trajectories()[0]
+    thinker.turns[0] = thinker.turns[0].model_copy(update={"reasoning": "The sign looks wrong.", "thinking_tokens": 7})
+    write(tmp_path / "eval" / "trajectories.jsonl", [thinker])
+    server, address = serve(tmp_path / "eval")
+    try:
+        assert len(get(f"{address}/api/trajectories")) == 1  # the list indexes the run
+        first, second = get(f"{address}/api/trajectory/0")["turns"]
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert (first["thinking"], first["thinking_tokens"]) == ("The sign looks wrong.", 7)
+    assert first["thought"] == "I will run the tests to see the failure." and second["thinking"] == ""
+
+
 def test_api_reads_every_iteration_of_a_train_run_and_follows_appends(tmp_path):
     run = tmp_path / "train"
     (run / "metrics.jsonl").parent.mkdir(parents=True)
@@ -198,3 +213,25 @@ def test_page_lists_filters_and_opens_a_trajectory(browser, url, tmp_path):
     assert browser.save_screenshot(str(shot))
     with Image.open(shot) as image:
         assert image.size[0] >= 1000 and len(image.convert("RGB").getcolors(maxcolors=1_000_000)) > 50
+
+
+def test_page_shows_thinking_folded(browser, tmp_path):
+    thinker = trajectories()[0]
+    thinker.turns[0] = thinker.turns[0].model_copy(update={"reasoning": "The sign looks wrong.", "thinking_tokens": 7})
+    write(tmp_path / "eval" / "trajectories.jsonl", [thinker])
+    server, address = serve(tmp_path / "eval")
+    try:
+        browser.get(address)
+        wait = WebDriverWait(browser, 20)
+        wait.until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-loaded") == "true")
+        browser.find_element(By.XPATH, "//td[@class='task' and text()='alpha-add']").click()
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#detail .turn")) == 2)
+        first = browser.find_elements(By.CSS_SELECTOR, "#detail .turn")[0]
+        fold = first.find_element(By.CSS_SELECTOR, "details.thinking")
+        assert fold.find_element(By.TAG_NAME, "summary").text.startswith("thinking: 7 tokens")
+        assert not fold.find_element(By.TAG_NAME, "pre").is_displayed()
+        fold.find_element(By.TAG_NAME, "summary").click()
+        assert fold.find_element(By.TAG_NAME, "pre").text == "The sign looks wrong."
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -5,7 +5,8 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchgym.env.tools.calls import TOOL_NAMES, TOOL_SCHEMAS, FormatError, ToolCall, parse_tool_call, render_call_xml
+from patchgym.env.tools.calls import (TOOL_NAMES, TOOL_SCHEMAS, FormatError, ToolCall, parse_tool_call,
+                                      render_call_json, render_call_xml, tool_schemas)
 
 TOOLS_DIR = "/opt/patchgym/tools"
 SCRIPT_PATH = f"{TOOLS_DIR}/sandbox_tools.py"
@@ -60,4 +61,4 @@ def run_tool(sandbox, call: ToolCall, *, timeout: float = 90.0, python: str = "p
 
 
 __all__ = ["TOOLS_DIR", "TOOL_NAMES", "TOOL_SCHEMAS", "FormatError", "ToolCall", "ToolResult", "install_tools",
-           "parse_tool_call", "render_call_xml", "run_tool"]
+           "parse_tool_call", "render_call_json", "render_call_xml", "run_tool", "tool_schemas"]

@@ -66,6 +66,13 @@ TOOL_SCHEMAS: list[dict] = [
 ]
 _PARAMS = {s["function"]["name"]: s["function"]["parameters"] for s in TOOL_SCHEMAS}
 
+
+def tool_schemas(workdir: str = "/testbed", command_timeout_s: float = 90.0) -> list[dict]:
+    """TOOL_SCHEMAS with the task's workdir and the agent's per-command timeout in their descriptions, so what the
+    model reads about its tools is true of this run."""
+    text = json.dumps(TOOL_SCHEMAS).replace("/testbed", json.dumps(workdir)[1:-1])
+    return json.loads(text.replace("killed after 90 seconds", f"killed after {command_timeout_s:g} seconds"))
+
 XML_FORMAT = ("<function=TOOL_NAME>\n<parameter=PARAM_NAME>value</parameter>\n...\n</function>")
 JSON_FORMAT = '<tool_call>\n{"name": "TOOL_NAME", "arguments": {"PARAM_NAME": "value"}}\n</tool_call>'
 _SIGNATURES = ("execute_bash(command), search(search_term, path), file_editor(command, path, file_text, old_str, "
@@ -123,6 +130,11 @@ def render_call_xml(call: ToolCall) -> str:
         pad = "\n" if key in CODE_PARAMS else ""
         parts.append(f"<parameter={key}>{pad}{value}{pad}</parameter>")
     return "\n".join(parts + ["</function>"])
+
+
+def render_call_json(call: ToolCall) -> str:
+    """The call as a native (Hermes / Qwen) tool call; parse_tool_call gives back the same call."""
+    return f"<tool_call>\n{json.dumps({'name': call.name, 'arguments': call.arguments})}\n</tool_call>"
 
 
 def _xml(text: str, pos: int) -> tuple[str, dict, int]:
