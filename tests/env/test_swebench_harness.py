@@ -57,3 +57,10 @@ def test_without_swebench_the_error_names_the_extra(monkeypatch):
         monkeypatch.setitem(sys.modules, name, None)
     with pytest.raises(SwebenchMissing, match=r"pip install 'patchgym\[swebench\]'"):
         official_report(TASK, LOGS["gold"])
+
+
+def test_the_rows_whose_swebench_parser_reads_pytest_output_are_told_apart():
+    from patchgym.env.grading.swebench_harness import runs_pytest
+
+    assert all(runs_pytest(f"parse_log_{name}") for name in ("pytest", "marshmallow", "astropy", "requests", "sphinx"))
+    assert not any(runs_pytest(name) for name in ("parse_log_django", "parse_log_sympy", "pytest", "r2egym"))

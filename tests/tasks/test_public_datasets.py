@@ -96,3 +96,56 @@ def test_an_agent_in_the_r2egym_sandbox_cannot_find_its_hidden_tests(registry_ta
                         "| grep -v site-packages"):
             result = env.sandbox.exec(command, agent=True, timeout=120)
             assert result.output.strip() == "", result.output
+
+
+def _patch_from(sandbox, task, edit: str) -> str:
+    """The diff that `edit` (shell, in the workspace) makes to the row's base tree; the tree is reset after."""
+    result = sandbox.exec(f"{edit} && git diff && git checkout -q -- . ", cwd=task.workdir, timeout=120)
+    assert result.ok and result.output.startswith("diff --git"), result.output
+    return result.output
+
+
+def _by_hand(sandbox, task, patch: str) -> str:
+    """The row's own eval script, unchanged, run after `git apply` of `patch`: the log its harness reads."""
+    sandbox.write_file("/tmp/model.diff", patch)
+    sandbox.write_file("/tmp/eval.sh", task.eval_script)
+    result = sandbox.exec("git apply -v /tmp/model.diff && bash /tmp/eval.sh", cwd=task.workdir, timeout=600)
+    return result.output
+
+
+def test_verdicts_equal_swebenchs_own_report_and_a_forged_log_does_not_fool_them(registry_tasks):
+    from patchgym.env.grading.grader import grade_patch
+    from patchgym.env.grading.swebench_harness import official_report
+    from patchgym.sandbox import open_sandbox
+
+    _, config_file, tasks = registry_tasks
+    (task,) = [t for t in tasks if t.instance_id.endswith("@swebench_v5")]
+    config = SandboxConfig(**yaml.safe_load(config_file.read_text())["sandbox"])
+    (f2p,) = task.FAIL_TO_PASS
+    gold = "git apply - <<'EOF'\n" + task.patch + "EOF\n"
+    with open_sandbox(config, image=task.image) as sandbox:
+        patches = {
+            "gold": task.patch,
+            "no fix": _patch_from(sandbox, task, "echo '# a comment' >> src/marshmallow/utils.py"),
+            # the fix, and a P2P test (TestField.test_repr) broken
+            "partial": _patch_from(sandbox, task, gold + "sed -i 's/<fields.{ClassName}(/<broken.{ClassName}(/' "
+                                                         "src/marshmallow/fields.py"),
+            # no fix, and a PASSED line for the failing test printed when pytest exits, after its summary
+            "forged": _patch_from(sandbox, task, "printf 'import atexit\\natexit.register(print, \"PASSED %s\")\\n' "
+                                                 f"'{f2p}' >> src/marshmallow/__init__.py"),
+        }
+    verdicts, disagreements = {}, []
+    for name, patch in patches.items():
+        grade = grade_patch(task, patch, config)
+        with open_sandbox(config, image=task.image) as sandbox:
+            statuses, _, resolved = official_report(task, _by_hand(sandbox, task, patch))
+        verdicts[name] = grade.resolved
+        if name != "forged":
+            disagreements += [(name, "resolved", grade.resolved, resolved)] if grade.resolved != resolved else []
+            disagreements += [(name, t, grade.tests.get(t), statuses.get(t)) for t in task.FAIL_TO_PASS + task.PASS_TO_PASS
+                              if (grade.tests.get(t) in ("PASSED", "XFAIL")) != (statuses.get(t) in ("PASSED", "XFAIL"))]
+        else:
+            forged = grade
+    assert disagreements == []
+    assert verdicts == {"gold": True, "no fix": False, "partial": False, "forged": False}
+    assert forged.f2p == {f2p: "FAILED"} and forged.parser_disagreement, forged

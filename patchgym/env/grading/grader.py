@@ -164,7 +164,7 @@ def _grade_imported(sandbox: Sandbox, task: Task, patch: str, timeout: float) ->
     script = task.eval_script or harness.script_for(task)
     harness.check_markers(task, script)
     exports = ""
-    pytest_row = task.log_parser in harness.PYTEST_PARSERS
+    pytest_row = task.log_parser in harness.PYTEST_PARSERS or swebench_harness.runs_pytest(task.log_parser)
     if pytest_row:  # all read before the patch can change them
         plugins = report.installed_plugins(sandbox, wd, prelude=harness.environment_prelude(script, wd))
         exports = harness.pytest_exports(report.pytest_report_args(REPORT_PATH), plugins,

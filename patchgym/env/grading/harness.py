@@ -21,9 +21,8 @@ TEST_EXIT_CODE = re.compile(r">>>>> Test Exit Code:\s*(-?\d+)")
 NONCE_VAR = "__patchgym_nonce"
 # The parsers of rows whose tests pytest runs (the swebench parsers of pytest's `-rA` output): their verdict is
 # pytest's structured report, the log only cross-checks it.
-PYTEST_PARSERS = frozenset({"pytest", "pytest_options", "pytest_v2", "matplotlib", "seaborn", "r2egym", "swesmith",
-                            *(f"parse_log_{name}" for name in ("pytest", "pytest_options", "pytest_v2",
-                                                                "matplotlib", "seaborn"))})
+# swebench's own parser names (parse_log_*) are told by swebench_harness.runs_pytest.
+PYTEST_PARSERS = frozenset({"pytest", "pytest_options", "pytest_v2", "matplotlib", "seaborn", "r2egym", "swesmith"})
 # Where pytest finds its configuration, in the order pytest 9 tries the names in one directory, with the section
 # that makes a file count (None: the file counts as it is) -- `_pytest/config/findpaths.py`.
 CONFIG_FILES = (("pytest.toml", None), (".pytest.toml", None), ("pytest.ini", None), (".pytest.ini", None),

@@ -29,6 +29,20 @@ def is_swebench_parser(name: str) -> bool:
     return name.startswith("parse_log_")
 
 
+def runs_pytest(name: str) -> bool:
+    """Whether swebench's parser `name` reads pytest's output: those that are (aliases of) its pytest parsers, e.g.
+    parse_log_marshmallow = parse_log_pytest; their rows' tests run under pytest."""
+    if not is_swebench_parser(name):
+        return False
+    _swebench()
+    from swebench.harness.log_parsers import PARSER_REGISTRY
+    from swebench.harness.log_parsers import python as py
+
+    pytest_parsers = {py.parse_log_pytest, py.parse_log_pytest_options, py.parse_log_pytest_v2,
+                      py.parse_log_seaborn, py.parse_log_matplotlib}
+    return PARSER_REGISTRY.get(name) in pytest_parsers
+
+
 def official_resolved(task: Task, statuses: dict[str, str]) -> bool:
     """Whether `statuses` resolve `task` by swebench 5's own rule (get_eval_tests_report, get_resolution_status):
     used where the status map comes from pytest's structured report rather than from the log."""
