@@ -133,7 +133,8 @@ def _graded(grade: Grade) -> dict[str, str]:
 
 
 def _missing_image(grade: Grade) -> bool:
-    return grade.error == "infra" and "not found" in grade.error_detail
+    # An image the engine lacks and its registry cannot give (ImagePullError: "cannot pull image ..."), whatever why.
+    return grade.error == "infra" and ("not found" in grade.error_detail or "cannot pull image" in grade.error_detail)
 
 
 def _broken(task: Task, gold: list[Grade], empty: list[Grade], reason: Reason, detail: str) -> Check:

@@ -53,7 +53,11 @@ class VLLMEngine(OpenAIEngine):
         self.workdir = Path(tempfile.mkdtemp(prefix="patchgym-vllm-"))
         self.log_path = self.workdir / "server.log"
         # The server renders chats with the same text the token builder uses (kwargs written into it).
-        tokenizer = configure_tokenizer(load_tokenizer(spec), chat_template, chat_template_kwargs or {})
+        try:
+            tokenizer = load_tokenizer(spec)
+        except (OSError, ValueError) as exc:  # no tokenizer files, or ones transformers cannot read
+            raise VLLMServerError(f"cannot load the tokenizer of {spec}: {str(exc).splitlines()[0]}") from None
+        tokenizer = configure_tokenizer(tokenizer, chat_template, chat_template_kwargs or {})
         (self.workdir / "chat_template.jinja").write_text(tokenizer.chat_template)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"

@@ -12,12 +12,14 @@ from patchgym.sandbox.registry import ImagePullError, parse_ref, registry_login
 
 RETRIES = 4
 BACKOFF_S = 1.0  # waits 1, 2, 4, 8 s between tries
-# What the engine says, lower-cased, mapped to why the pull failed; only the last two are worth another try.
+# What the engine says, lower-cased, mapped to why the pull failed; only unreachable and failed are worth another try.
 _REASONS = (
     ("unauthorized", ("unauthorized", "no basic auth credentials", "authentication required", "access denied",
                       "denied:", "incorrect username or password", "forbidden")),
     ("not found", ("manifest unknown", "not found", "does not exist", "name unknown", "repository name not known")),
-    ("unreachable", ("connection refused", "no such host", "i/o timeout", "timeout", "dial tcp", "eof",
+    # A registry name no name server knows (offline, or a typo) stays unknown: not worth another try.
+    ("unknown host", ("no such host", "name or service not known")),
+    ("unreachable", ("connection refused", "i/o timeout", "timeout", "dial tcp", "eof",
                      "connection reset", "network is unreachable", "tls handshake")),
 )
 TRANSIENT = {"unreachable", "failed"}

@@ -23,11 +23,14 @@ FIXES = {
     "unauthorized": "give its login in sandbox.registry_auth or run `docker login {registry}`",
     "not found": "check the name and tag; " + _BUILT_HERE,
     "unreachable": "check the network, or pull through a mirror (sandbox.image_mirror); " + _BUILT_HERE,
+    "unknown host": "no name server knows the registry: check the network, or pull through a mirror "
+                    "(sandbox.image_mirror); " + _BUILT_HERE,
 }
 
 
 class ImagePullError(SandboxError):
-    """An image that could not be had from its registry; `reason` is unauthorized, not found, unreachable or failed."""
+    """An image that could not be had from its registry; `reason` is unauthorized, not found, unknown host,
+    unreachable or failed."""
 
     def __init__(self, image: str, registry: str, reason: str, detail: str):
         fix = FIXES.get(reason, "").format(registry=registry)

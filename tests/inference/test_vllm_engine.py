@@ -162,6 +162,21 @@ def test_pushed_weights_are_served_at_once_and_the_originals_restore_it_exactly(
 def test_a_server_that_cannot_start_says_why(tmp_path):
     from patchgym.inference.vllm_engine import VLLMEngine, VLLMServerError
 
-    (tmp_path / "config.json").write_text("{}")  # a model directory without a model
+    import shutil
+
+    from patchgym.inference.models import smollm2_dir
+
+    # A model directory with a tokenizer (the engine loads it first) but without a model.
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy(smollm2_dir() / name, tmp_path / name)
+    (tmp_path / "config.json").write_text("{}")
     with pytest.raises(VLLMServerError, match="its log ends"):
+        VLLMEngine(str(tmp_path), start_timeout_s=120)
+
+
+def test_a_model_directory_without_a_tokenizer_is_named(tmp_path):
+    from patchgym.inference.vllm_engine import VLLMEngine, VLLMServerError
+
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(VLLMServerError, match=f"cannot load the tokenizer of {tmp_path}"):
         VLLMEngine(str(tmp_path), start_timeout_s=120)

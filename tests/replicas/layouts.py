@@ -87,6 +87,10 @@ def smith() -> Replica:
     bug = project.diff(mirror)
     project.git(mirror, "commit", "-qam", "Bug Patch")
     base_commit = project.git(mirror, "rev-parse", "HEAD").strip()
+    # Newer SWE-smith branches end with a commit that deletes the FAIL_TO_PASS tests' files, so the agent starts
+    # without them; its harness checks out the tip's parent for the tests (swesmith 0.0.9, as imported here).
+    project.git(mirror, "rm", "-q", FAIL_TO_PASS.split("::")[0])
+    project.git(mirror, "commit", "-qm", "Remove F2P Tests")
     project.git(mirror, "checkout", "-q", "main")
     name = f"swesmith.x86_64.marshmallow-code_1776_marshmallow.{snapshot}"
     tag = conda_image(mirror, f"{images.PREFIX}/jyangballin/{name}:latest")

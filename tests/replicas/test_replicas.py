@@ -122,10 +122,13 @@ def test_the_smith_bug_is_a_branch_named_after_the_instance(replicas):
     (row,) = rows(replicas, "smith")
     image = replicas["smith"].image
     assert row["image_name"] == images.published(image).removesuffix(":latest")
-    code, log = images.run(image, f"cd /testbed && git log --format=%s -1 && git rev-parse {row['instance_id']} && "
-                           f"git log --format=%s -1 {row['instance_id']}")
-    assert code == 0 and log.split("\n")[:3] == ["Initial commit", row["base_commit"], "Bug Patch"], log
-    test = f"{ACTIVATE} && cd /testbed && git checkout -q {row['instance_id']} && "
+    branch = row["instance_id"]
+    code, log = images.run(image, f"cd /testbed && git log --format=%s -1 && git rev-parse {branch}~1 && "
+                           f"git log --format=%s -2 {branch} && git ls-tree --name-only {branch} tests/test_fields.py")
+    # The tip deletes the FAIL_TO_PASS test's file (the agent starts without it); its parent holds the bug.
+    assert code == 0 and log.strip().split("\n") == ["Initial commit", row["base_commit"], "Remove F2P Tests",
+                                                     "Bug Patch"], log
+    test = f"{ACTIVATE} && cd /testbed && git checkout -q {branch}~1 && "  # as SWE-smith's harness: HEAD~1
     fix = f"git apply -R - <<'{HEREDOC}'\n{row['patch']}\n{HEREDOC}\n"
     command = "pytest -rA -p no:cacheprovider tests/test_fields.py"
     before = parse_pytest(images.run(image, test + command)[1])
