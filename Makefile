@@ -43,6 +43,8 @@ bench: image k8s
 	$(BIN)/python bench/vllm.py
 	$(BIN)/python bench/kube_exec.py
 	$(BIN)/python bench/async.py
+	$(BIN)/python bench/grading.py --imported
+	$(BIN)/python bench/grading.py --pull
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

@@ -2,6 +2,7 @@
 
     python bench/grading.py --tasks TASKS.jsonl [--backend local|docker] [--limit N] [--repeat K] [--json]
     python bench/grading.py --imported [--repeat K] [--test-seconds S] [--json]
+    python bench/grading.py --pull [--gb 1.0] [--layers 4] [--repeat 2] [--json]      (runs bench/pull.py)
 
 --imported (grading_cost): an imported row (SWE-bench's shape, its own image) graded by patchgym (docker backend,
 fresh sandbox) against its eval script run by hand in the same image: `docker run`, apply the patch,
@@ -202,5 +203,13 @@ def grading_cost() -> int:
     return 0 if summary["target_met"] else 1
 
 
+def pull_time() -> int:
+    """The pull half: a 1 GB image from a local registry through patchgym against `docker pull` (bench/pull.py)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import pull
+
+    return pull.main([a for a in sys.argv[1:] if a != "--pull"])
+
+
 if __name__ == "__main__":
-    sys.exit(grading_cost() if "--imported" in sys.argv else main())
+    sys.exit(grading_cost() if "--imported" in sys.argv else pull_time() if "--pull" in sys.argv else main())
