@@ -9,7 +9,6 @@ imports modules that only 4.x has, so neither fits in patchgym's environment. Th
 The worker (harness_worker.py) reads rows as JSON on stdin and writes specs as JSON on stdout.
 """
 
-import fcntl
 import json
 import os
 import subprocess
@@ -17,6 +16,7 @@ import sys
 from pathlib import Path
 
 from patchgym.errors import UserError
+from patchgym.files import file_lock
 from patchgym.paths import store_dir
 
 PACKAGES = ("swebench==4.1.0",)
@@ -39,8 +39,7 @@ def ensure_venv() -> Path:
     if done.is_file():
         return python
     root.parent.mkdir(parents=True, exist_ok=True)
-    with open(root.parent / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # two imports at once: the second waits for the first's venv
+    with file_lock("harness-venv"):  # two imports at once: the second waits for the first's venv
         if not done.is_file():
             _create(root, python)
             done.write_text(" ".join(PACKAGES + NO_DEPS_PACKAGES) + "\n")
