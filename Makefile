@@ -45,6 +45,7 @@ bench: image k8s
 	$(BIN)/python bench/async.py
 	$(BIN)/python bench/grading.py --imported
 	$(BIN)/python bench/grading.py --pull
+	$(BIN)/python bench/learning_game.py
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

@@ -59,7 +59,6 @@ HEAVY = {
     "train/test_train_ddp.py": "torchrun process groups",
     "train/test_train_fsdp_loop.py": "torchrun process groups",
     "train/test_train_async.py": "async training runs of a minute",
-    "train/test_train_learning.py": "learning curves of a minute each",
     "viewer/test_viewer.py": "headless Chromium",
     "report": "matplotlib renders every plot",
     "verify/test_verify_train.py": "verifier fine-tuning runs",

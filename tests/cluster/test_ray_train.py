@@ -12,13 +12,9 @@ import ray
 import torch
 from ray_nodes import alive_actors, kill_when_busy, reap_after_kill
 
-from patchgym.cluster import make_engine, make_rollouts
-from patchgym.train.ray_trainer import start_trainer_worker
 from patchgym.config import load_config
-from patchgym.rollout import ModelAgent
 from patchgym.tasks import write_tasks
 from patchgym.inference.models import load_model
-from patchgym.train.batch import sequences_from_trajectories
 from patchgym.train.checkpoint import latest_checkpoint, read_state
 from patchgym.train.loop import Trainer, TrainError
 from patchgym.train.metrics import read_metrics
@@ -81,37 +77,6 @@ def test_an_iteration_survives_a_dead_node(ray_cluster, victim, backend, tiny, t
 
     assert reap_after_kill(victim) == []  # the dead node's sandboxes had no owner left to close them
     assert alive_actors() == []  # the engine actor and the rollout workers are gone
-
-
-@pytest.mark.parametrize("backend", ["local"], indirect=True)
-def test_a_trainer_worker_on_another_node_trains_and_feeds_the_engine(ray_cluster, backend, tiny, tiny_task,
-                                                                      tmp_path):
-    config = load_config(overrides=[
-        "cluster.backend=ray", f"sandbox.backend={backend}", "inference.model=tiny", "train.lr=0.01",
-        "agent.max_steps=2", "agent.sampling.max_new_tokens=8", "rollout.max_sandboxes=1"])
-    here = ray.get_runtime_context().get_node_id()
-    elsewhere = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and n["NodeID"] != here)
-    engine = make_engine(config)  # the engine actor, on this (the head) node
-    worker = start_trainer_worker(config, elsewhere)
-    try:
-        ray.get(worker.sync.remote(engine))
-        initial = ray.get(worker.state_dict.remote())
-        assert all(torch.equal(v, initial[k]) for k, v in ray.get(engine.actor.state_dict.remote()).items())
-        rollouts = make_rollouts(config, ModelAgent(engine, config.agent, model="tiny"), run_dir=tmp_path,
-                                 progress=False)
-        trajectories = rollouts.run([tiny_task], samples=2)
-        sequences = sequences_from_trajectories(trajectories, [1.0, -1.0])
-        assert len(sequences) == 2
-        update = ray.get(worker.update.remote(sequences, config.algorithm))
-        assert update["steps"] == 1 and update["tokens"] == sum(sum(s.loss_mask) for s in sequences)
-        ray.get(worker.sync.remote(engine))
-        trained, served = ray.get(worker.state_dict.remote()), ray.get(engine.actor.state_dict.remote())
-        assert all(torch.equal(served[k], v) for k, v in trained.items())
-        assert any(not torch.equal(initial[k], v) for k, v in trained.items())  # the step moved the policy
-    finally:
-        engine.close()
-        ray.kill(worker)
-    assert alive_actors() == []
 
 
 @pytest.mark.parametrize("backend", ["local"], indirect=True)
