@@ -89,9 +89,25 @@ def local_registry(tmp_path_factory):
     """A registry for the whole session, stopped at the end."""
     proc, registry = start_registry(tmp_path_factory.mktemp("registry"))
     yield registry
+    _untag(registry.host)
     proc.terminate()
     try:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def _untag(host: str) -> None:
+    """Remove the engine's tags of `host`'s images (pushed or pulled by the tests): the registry dies with the
+    session, its port with it, and tags of dead ports only pile up. The layers stay, shared with the local tags."""
+    from patchgym.sandbox.docker import docker_client
+
+    try:
+        client = docker_client()
+        for image in client.images.list():
+            for tag in image.tags:
+                if tag.startswith(host + "/"):
+                    client.images.remove(tag, noprune=True)
+    except Exception as exc:  # the engine went away: nothing to tidy
+        print(f"left {host}'s image tags: {exc}")
