@@ -29,8 +29,11 @@ def qwen25(tiny, qwen3_template_path):  # `tiny` first: it builds SmolLM2's cach
     return configure_tokenizer(qwen25_tokenizer(), str(qwen3_template_path("qwen2.5-instruct")), {})
 
 
-def test_the_shipped_template_is_the_fixture(qwen25):
+def test_the_shipped_template_is_the_fixture_and_renders_qwens_default_system_prompt(qwen25):
     assert qwen25.chat_template == configure_tokenizer(qwen25_tokenizer(), "qwen2.5-instruct", {}).chat_template
+    text = tokens.render_text(qwen25, [{"role": "user", "content": "Hi"}], add_generation_prompt=True)
+    assert text == ("<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+                    "<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
 
 
 def test_native_tool_calls_through_the_published_qwen25_template(scripted, qwen25):
