@@ -23,7 +23,7 @@ NATIVE_FIX = render_call_json(ToolCall("file_editor", {"command": "str_replace",
                                                        "old_str": "a - b", "new_str": "a + b"}))
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def qwen25(tiny, qwen3_template_path):  # `tiny` first: it builds SmolLM2's cache or skips
     """The stand-in tokenizer, given the fixture copy of the published template (README there says whence)."""
     return configure_tokenizer(qwen25_tokenizer(), str(qwen3_template_path("qwen2.5-instruct")), {})
@@ -54,12 +54,12 @@ def test_a_random_qwen2_plays_native_turns_with_exact_tokens(qwen3_template_path
     torch.set_num_threads(1)
     model, tokenizer = tiny_qwen25_model()
     configure_tokenizer(tokenizer, str(qwen3_template_path("qwen2.5-instruct")), {})
-    config = AgentConfig(tool_format="native", max_steps=3, max_format_errors=10,
+    config = AgentConfig(tool_format="native", max_steps=2, max_format_errors=10,
                          sampling=SamplingConfig(max_new_tokens=10, seed=4))
     with HFEngine(model, tokenizer, max_batch=1) as engine:
         trajectory = run_agent(memory_task(), engine, MemoryEnv(), config)
-    assert type(model).__name__ == "Qwen2ForCausalLM" and trajectory.steps == 3
-    assert [m["role"] for m in trajectory.messages][3::2] == ["tool", "tool"]
+    assert type(model).__name__ == "Qwen2ForCausalLM" and trajectory.steps == 2
+    assert [m["role"] for m in trajectory.messages][2:] == ["assistant", "tool", "assistant"]
     check = check_trajectory(trajectory, tokenizer)
     assert check.ok, check.errors
     input_ids, mask, _ = tokens.build_training_sequence(trajectory)
