@@ -82,3 +82,17 @@ def test_a_random_qwen3_is_cut_at_its_budget_and_its_record_is_what_it_saw(qwen3
     sampled = [i for i, m in enumerate(mask) if m]
     assert len(sampled) == trajectory.sampled_tokens
     assert logprobs[[i - 1 for i in sampled]].tolist() == pytest.approx([rollout[i] for i in sampled], abs=1e-4)
+
+
+def test_an_inserted_closing_is_out_of_the_loss_in_both_history_modes():
+    from patchgym.agent.trajectory import Trajectory, Turn
+    from patchgym.train.batch import sequences_from_trajectories
+
+    turn = Turn(prompt_ids=[1, 2], completion_ids=[10, 11, 12], logprobs=[-0.1, -0.2, -0.3], finish_reason="stop",
+                thought_close_ids=[7, 8], thought_close_at=2, close_ids=[9], action="")
+    assert (turn.output_ids, turn.output_mask) == ([10, 11, 7, 8, 12], [1, 1, 0, 0, 1])
+    assert turn.output_logprobs == [-0.1, -0.2, 0.0, 0.0, -0.3]
+    for history in ("keep", "template"):
+        (row,) = sequences_from_trajectories([Trajectory(task_id="t", history=history, turns=[turn])], [1.0])
+        assert row.input_ids[:7] == [1, 2, 10, 11, 7, 8, 12] and row.loss_mask[:7] == [0, 0, 1, 1, 0, 0, 1]
+        assert row.rollout_logprobs[:7] == [0.0, 0.0, -0.1, -0.2, 0.0, 0.0, -0.3] and row.policy_tokens == 3
