@@ -343,7 +343,8 @@ def check_tokens(run: Path = typer.Argument(..., help="a run directory (or a tra
 
 
 ChatTemplateOption = typer.Option(None, "--chat-template", help="a chat template file or a shipped name (qwen3, "
-                                                               "qwen3-thinking-2507); default: the model's own")
+                                                               "qwen3-thinking-2507, qwen2.5-instruct); default: "
+                                                               "the model's own")
 ChatTemplateKwargsOption = typer.Option("{}", "--chat-template-kwargs",
                                         help='JSON object of template variables, e.g. \'{"enable_thinking": false}\'')
 
@@ -367,7 +368,8 @@ def configure_tokenizer_of(engine, chat_template: str | None, kwargs: dict):
 
 
 @app.command("check-template")
-def check_template(model: str = typer.Option(..., help='"smollm2", "tiny-qwen3", a model directory or a hub id'),
+def check_template(model: str = typer.Option(..., help='"smollm2", "tiny-qwen3", "tiny-qwen2.5", a model directory '
+                                                       'or a hub id'),
                    chat_template: str | None = ChatTemplateOption,
                    chat_template_kwargs: str = ChatTemplateKwargsOption,
                    as_json: bool = typer.Option(False, "--json", help="print the result as JSON")) -> None:

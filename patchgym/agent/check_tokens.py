@@ -4,7 +4,9 @@ what the record says it said.
 Per trajectory, for every turn:
   (a) prompt_ids equal the chat template's rendering: on turn 0 the first prompt of the messages before the first
       assistant message, later the delta the observation message adds; close_ids equal the template's closing;
-  (b) the sampled ids (minus a final end-of-turn token) decode to exactly the stored assistant message.
+  (b) the sampled ids (minus a final end-of-turn token), with any thought closing inserted where the record says
+      (agent.max_thinking_tokens), decode to exactly the stored assistant message, and that closing is the
+      template's.
 It also counts sampled segments that are not the tokenizer's canonical encoding of their own text: a pipeline that
 re-tokenises the chat would silently train on other tokens than were sampled there. That count is information.
 """
@@ -75,8 +77,15 @@ def check_trajectory(trajectory: Trajectory, tokenizer) -> TrajectoryCheck:
             result.errors.append(f"{where}: {len(turn.logprobs)} logprobs for {len(turn.completion_ids)} sampled ids")
         elif any(not (lp <= 0.0) for lp in turn.logprobs if not math.isnan(lp)):
             result.errors.append(f"{where}: a logprob above 0")
-        content_ids, close = tokens.split_completion(tokenizer, before, turn.completion_ids, tools)
-        sampled = tokens.sampled_turn(tokenizer, before, turn.completion_ids, tools)
+        if turn.thought_close_ids:
+            closing = tokens.thought_closing_ids(tokenizer, before, tools)
+            if turn.thought_close_ids != closing or not 0 < turn.thought_close_at <= len(turn.completion_ids):
+                result.errors.append(f"{where}: thought closing {turn.thought_close_ids} after "
+                                     f"{turn.thought_close_at} sampled ids, but the template closes a thought "
+                                     f"with {closing}")
+        content_ids, close = tokens.split_completion(tokenizer, before, turn.output_ids, tools)
+        sampled = tokens.sampled_turn(tokenizer, before, turn.completion_ids, tools, turn.thought_close_at,
+                                      turn.thought_close_ids)
         if sampled.content != messages[at]["content"] or sampled.action != turn.action:
             result.errors.append(f"{where}: the sampled ids decode to {sampled.content[-60:]!r}, the record says "
                                  f"{messages[at]['content'][-60:]!r}")

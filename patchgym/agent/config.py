@@ -112,6 +112,11 @@ class AgentConfig(BaseModel):
         "end: the trajectory ends as `max_context` when no token fits; truncate_observation: an observation after "
         "which a whole turn (sampling.max_new_tokens) would not fit is cut in its middle to make room, keeping its "
         "head and tail with a marker (the turn's observation_cut_tokens; metrics observations_cut)"))
+    max_thinking_tokens: int | None = Field(None, ge=1, description=(
+        "a thought still open after this many sampled ids of a turn is ended with the template's thought closing "
+        "(Qwen3: \\n</think>\\n\\n, inserted, not sampled, out of the loss) and sampling resumes for the action "
+        "within sampling.max_new_tokens (the turn's thought_close_ids; metrics thinking_truncated); null = no limit. "
+        "Needs an engine that takes token ids"))
     max_seconds: float = Field(1800.0, gt=0, description="wall clock per trajectory before `timeout`")
     max_format_errors: int = Field(5, ge=1, description="consecutive turns without a valid tool call")
     command_timeout_s: float = Field(90.0, gt=0, description="per tool command, inside the sandbox")

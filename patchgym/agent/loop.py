@@ -14,6 +14,7 @@ context limit does not apply to it.
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 
 from patchgym.agent import tokens
@@ -23,6 +24,7 @@ from patchgym.agent.trajectory import Trajectory, Turn
 from patchgym.env.base import Env
 from patchgym.env.swe_env import SWEEnv
 from patchgym.env.tools import tool_schemas
+from patchgym.errors import UserError
 from patchgym.inference import Engine, Generation, SamplingParams
 from patchgym.sandbox import DiffFailed, DiffTooLarge, SandboxConfig, SandboxError, SandboxKilled
 from patchgym.tasks import Task
@@ -119,6 +121,9 @@ async def _episode(trajectory: Trajectory, task: Task, engine: Engine, env: Env,
                    start: float, save, generate: Generate) -> None:
     """Play turns until one raises Terminated."""
     tokenizer = engine.tokenizer
+    if config.max_thinking_tokens is not None and tokenizer is not None and engine.needs_messages:
+        raise UserError("agent.max_thinking_tokens: this engine takes only chat messages, so sampling cannot "
+                        "resume after an inserted thought closing; unset it or use an engine that takes token ids")
     statement = await asyncio.to_thread(env.reset, task)
     messages = trajectory.messages
     schemas = tool_schemas(task.workdir, config.command_timeout_s)
@@ -140,7 +145,7 @@ async def _episode(trajectory: Trajectory, task: Task, engine: Engine, env: Env,
             raise Terminated("max_context")
         ids += segment
         turn = await _generate(generate, tokenizer, config, messages, ids, segment, step, room, tools)
-        ids += turn.completion_ids + turn.close_ids
+        ids += turn.output_ids + turn.close_ids
         trajectory.turns.append(turn)  # before acting: if the sandbox dies now, turns still match messages
         done = await asyncio.to_thread(_act, env, turn)
         save()
@@ -191,18 +196,43 @@ async def _generate(generate: Generate, tokenizer, config: AgentConfig, messages
     """Sample one turn after `ids` (which end with `segment`) and append the assistant message to `messages`."""
     began = time.monotonic()
     params = config.sampling.params(step, min(config.sampling.max_new_tokens, room))
-    generation = await generate(list(ids), messages, params)
-    elapsed = time.monotonic() - began
     if tokenizer is None:  # a text-only engine: its text is the message, and no token was sampled
+        generation = await generate(list(ids), messages, params)
         text = generation.text or ""
-        sampled = tokens.SampledTurn(text, "", text, [], 0, 0)
+        sampled, at, inserted = tokens.SampledTurn(text, "", text, [], 0, 0), 0, []
     else:
-        sampled = tokens.sampled_turn(tokenizer, messages, generation.token_ids, tools)
+        generation, at, inserted = await _sample(generate, tokenizer, config, messages, ids, params, room, tools)
+        sampled = tokens.sampled_turn(tokenizer, messages, generation.token_ids, tools, at, inserted)
+    elapsed = time.monotonic() - began
     messages.append({"role": "assistant", "content": sampled.content})
     return Turn(prompt_ids=segment, completion_ids=list(generation.token_ids), logprobs=list(generation.logprobs),
-                finish_reason=generation.finish_reason, close_ids=sampled.close_ids, action=sampled.action,
-                reasoning=sampled.reasoning, thinking_tokens=sampled.thinking_tokens,
-                action_tokens=sampled.action_tokens, generate_s=elapsed, exact=getattr(generation, "exact", True))
+                finish_reason=generation.finish_reason, thought_close_ids=inserted, thought_close_at=at,
+                close_ids=sampled.close_ids, action=sampled.action, reasoning=sampled.reasoning,
+                thinking_tokens=sampled.thinking_tokens, action_tokens=sampled.action_tokens, generate_s=elapsed,
+                exact=getattr(generation, "exact", True))
+
+
+async def _sample(generate: Generate, tokenizer, config: AgentConfig, messages: list[dict], ids: list[int],
+                  params: SamplingParams, room: int, tools: list[dict] | None) -> tuple[Generation, int, list[int]]:
+    """(the turn's sampled ids, where a thought closing goes in them, its ids). Under agent.max_thinking_tokens the
+    first max_thinking_tokens ids are sampled alone; if a thought is still open then, the template's thought
+    closing is appended (unsampled) and sampling resumes after it, as it does after a thought that closed in time:
+    the model sees the same ids it would in one call, and the turn keeps its max_new_tokens in all."""
+    limit = config.max_thinking_tokens
+    if limit is None or limit >= params.max_new_tokens:
+        return await generate(list(ids), messages, params), 0, []
+    first = await generate(list(ids), messages, replace(params, max_new_tokens=limit))
+    if first.finish_reason != "length":
+        return first, 0, []
+    cut = tokens.thought_is_open(tokenizer, messages, first.token_ids, tools)
+    inserted = tokens.thought_closing_ids(tokenizer, messages, tools) if cut else []
+    left = min(params.max_new_tokens, room - len(inserted)) - len(first.token_ids)
+    if left < 1:  # no room for an action after the closing: the turn ends cut, as it would without the limit
+        return first, 0, []
+    rest = await generate([*ids, *first.token_ids, *inserted], messages, replace(params, max_new_tokens=left))
+    joined = Generation(first.token_ids + rest.token_ids, first.logprobs + rest.logprobs, rest.finish_reason,
+                        exact=first.exact and rest.exact)
+    return joined, len(first.token_ids) if cut else 0, inserted
 
 
 def _act(env: Env, turn: Turn) -> bool:

@@ -8,6 +8,9 @@ Per turn the sequence grows by three segments:
   close_ids       what the template writes after an assistant message's content, beyond what was sampled. ChatML
                   templates (SmolLM2, Qwen) close a message with "<|im_end|>\n": the model samples <|im_end|> and
                   stops, so the "\n" is appended here; a completion cut at max_new_tokens gets the whole closing.
+A thought that runs past agent.max_thinking_tokens is ended by inserting the template's thought closing
+(thought_closing_ids, e.g. "\n</think>\n\n") into the output, unsampled and out of the loss, and sampling resumes
+after it; the turn's output_ids are the sampled ids with that closing in place.
 When every sampled segment is the tokenizer's canonical encoding of its text, the sequence equals the tokenised
 template rendering of the trajectory's messages, token for token (tests/agent/test_tokens.py checks it).
 
@@ -25,7 +28,10 @@ from patchgym.agent.trajectory import Trajectory
 
 # Stands in for an assistant message's content to find the template's closing text, which does not depend on it.
 _PROBE = "PATCHGYM_PROBE"
-THINK_END = "</think>"
+_PROBE_THOUGHT = "PATCHGYM_THOUGHT"
+THINK_START, THINK_END = "<think>", "</think>"
+# Qwen3's layout between a thought and its action, for templates that do not render reasoning themselves.
+THOUGHT_CLOSING = "\n</think>\n\n"
 
 def render_text(tokenizer, messages: list[dict], *, add_generation_prompt: bool, tools: list[dict] | None = None,
                 history: str = "keep") -> str:
@@ -119,15 +125,19 @@ class SampledTurn:
     action_tokens: int
 
 
-def sampled_turn(tokenizer, messages: list[dict], completion_ids: list[int],
-                 tools: list[dict] | None = None) -> SampledTurn:
-    """Split a completion sampled after `messages` into its message content, thinking, action and closing."""
+def sampled_turn(tokenizer, messages: list[dict], completion_ids: list[int], tools: list[dict] | None = None,
+                 thought_close_at: int = 0, thought_close_ids: list[int] | None = None) -> SampledTurn:
+    """Split a completion sampled after `messages` into its message content, thinking, action and closing; with
+    `thought_close_ids` inserted after `thought_close_at` sampled ids (agent.max_thinking_tokens), the content holds
+    them and the token counts leave them out."""
+    inserted = list(thought_close_ids or [])
+    output_ids = completion_ids[:thought_close_at] + inserted + completion_ids[thought_close_at:]
     opened, closing = assistant_frame(tokenizer, messages, tools)
-    content_ids, close = _split(completion_ids, closing)
+    content_ids, close = _split(output_ids, closing)
     decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=False)  # noqa: E731
     sampled = decode(content_ids)
     end = tokenizer.get_added_vocab().get(THINK_END)
-    thinking = "<think>" in opened and THINK_END not in opened
+    thinking = THINK_START in opened and THINK_END not in opened
     if end is not None and end in content_ids:
         cut = content_ids.index(end) + 1
         reasoning = decode(content_ids[:cut - 1])
@@ -138,8 +148,34 @@ def sampled_turn(tokenizer, messages: list[dict], completion_ids: list[int],
         reasoning, cut, action_ids = "", 0, content_ids
     action = decode(action_ids)
     if cut:  # the template's "\n\n" after </think> is layout, not part of the action
-        reasoning, action = reasoning.removeprefix("<think>").strip("\n"), action.lstrip("\n")
-    return SampledTurn(opened + sampled, reasoning, action, close, cut, len(action_ids))
+        reasoning, action = reasoning.removeprefix(THINK_START).strip("\n"), action.lstrip("\n")
+    thinking_tokens, action_tokens = cut, len(action_ids)
+    if inserted:  # only sampled ids count: the thought's, and the action's after the inserted closing
+        thinking_tokens = thought_close_at
+        action_tokens -= len(inserted) - (inserted.index(end) + 1 if end in inserted else 0)
+    return SampledTurn(opened + sampled, reasoning, action, close, thinking_tokens, action_tokens)
+
+
+def thought_is_open(tokenizer, messages: list[dict], sampled_ids: list[int], tools: list[dict] | None = None) -> bool:
+    """True when `sampled_ids` (sampled after `messages`) end inside a thought: one the generation prompt opened
+    or the sample began, and no </think> token since."""
+    vocab = tokenizer.get_added_vocab()
+    end = vocab.get(THINK_END)
+    if end is None or end in sampled_ids:
+        return False
+    opened, _ = assistant_frame(tokenizer, messages, tools)
+    return (THINK_START in opened and THINK_END not in opened) or vocab.get(THINK_START) in sampled_ids[:1]
+
+
+def thought_closing_ids(tokenizer, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
+    """The ids the published template writes between an assistant message's thought and its action (Qwen3:
+    "\n</think>\n\n"), from its rendering of a message given as reasoning_content + content; THOUGHT_CLOSING for
+    a template that does not render reasoning."""
+    probe = {"role": "assistant", "reasoning_content": _PROBE_THOUGHT, "content": _PROBE}
+    text = render_text(tokenizer, [*messages, probe], add_generation_prompt=False, tools=tools, history="template")
+    start, stop = text.rfind(_PROBE_THOUGHT) + len(_PROBE_THOUGHT), text.rfind(_PROBE)
+    between = text[start:stop] if _PROBE_THOUGHT in text and THINK_END in text[start:stop] else THOUGHT_CLOSING
+    return tokenizer.encode(between, add_special_tokens=False)
 
 
 def observation_ids(tokenizer, messages: list[dict], message: dict, tools: list[dict] | None = None) -> list[int]:
@@ -155,13 +191,13 @@ def observation_ids(tokenizer, messages: list[dict], message: dict, tools: list[
 
 
 def build_training_sequence(trajectory: Trajectory) -> tuple[list[int], list[int], list[float]]:
-    """(input_ids, loss_mask, rollout_logprobs): mask 1 and the sampling logprob on sampled ids, 0 elsewhere."""
+    """(input_ids, loss_mask, rollout_logprobs): mask 1 and the sampling logprob on sampled ids, 0 elsewhere
+    (an inserted thought closing included)."""
     input_ids: list[int] = []
     loss_mask: list[int] = []
     logprobs: list[float] = []
     for turn in trajectory.turns:
-        for ids, sampled in ((turn.prompt_ids, False), (turn.completion_ids, True), (turn.close_ids, False)):
-            input_ids += ids
-            loss_mask += [int(sampled)] * len(ids)
-        logprobs += [0.0] * len(turn.prompt_ids) + turn.logprobs + [0.0] * len(turn.close_ids)
+        input_ids += turn.prompt_ids + turn.output_ids + turn.close_ids
+        loss_mask += [0] * len(turn.prompt_ids) + turn.output_mask + [0] * len(turn.close_ids)
+        logprobs += [0.0] * len(turn.prompt_ids) + turn.output_logprobs + [0.0] * len(turn.close_ids)
     return input_ids, loss_mask, logprobs

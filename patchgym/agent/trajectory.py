@@ -1,7 +1,8 @@
 """The trajectory record: the chat the model saw, and per turn the exact token ids it was given and sampled.
 
-The token sequence of a trajectory is the concatenation, over turns, of prompt_ids + completion_ids + close_ids;
-only completion_ids were sampled (see patchgym.agent.tokens).
+The token sequence of a trajectory is the concatenation, over turns, of prompt_ids + output_ids + close_ids; only
+completion_ids were sampled (output_ids are them, with a thought closing inserted where agent.max_thinking_tokens
+ended a thought; see patchgym.agent.tokens).
 """
 
 from pathlib import Path
@@ -24,6 +25,10 @@ class Turn(BaseModel):
     completion_ids: list[int] = Field(description="exactly as sampled, including the end-of-turn token")
     logprobs: list[float] = Field(description="the sampled tokens' logprobs, one per completion id")
     finish_reason: str = Field(description="the engine's: stop or length")
+    thought_close_ids: list[int] = Field(default_factory=list, description=(
+        "the template's thought closing (Qwen3: \\n</think>\\n\\n) inserted after thought_close_at sampled ids, "
+        "where the thought ran past agent.max_thinking_tokens; never sampled"))
+    thought_close_at: int = Field(0, description="how many sampled ids precede thought_close_ids")
     close_ids: list[int] = Field(description="template tokens that close the assistant message after the sampled "
                                              "ids (SmolLM2: the newline after <|im_end|>); never sampled")
     action: str = Field(description="what the environment was given: the sampled ids decoded, end-of-turn dropped, "
@@ -41,6 +46,24 @@ class Turn(BaseModel):
     exit_code: int | None = None
     generate_s: float = 0.0
     step_s: float = 0.0
+
+    @property
+    def output_ids(self) -> list[int]:
+        """The assistant's ids as they stand in the sequence: the sampled ids with any inserted thought closing."""
+        at = self.thought_close_at
+        return self.completion_ids[:at] + self.thought_close_ids + self.completion_ids[at:]
+
+    @property
+    def output_mask(self) -> list[int]:
+        """1 per sampled id of output_ids, 0 on an inserted thought closing."""
+        at, n = self.thought_close_at, len(self.completion_ids)
+        return [1] * at + [0] * len(self.thought_close_ids) + [1] * (n - at)
+
+    @property
+    def output_logprobs(self) -> list[float]:
+        """The sampling logprobs aligned with output_ids (0 on an inserted thought closing)."""
+        at = self.thought_close_at
+        return self.logprobs[:at] + [0.0] * len(self.thought_close_ids) + self.logprobs[at:]
 
 
 class Trajectory(BaseModel):

@@ -59,7 +59,7 @@ def summarize(trajectories: list[Trajectory], runs: int, instances: int | None =
         "by_termination": _by_termination(trajectories),
         "mean_steps": _mean([t.steps for t in valid]),
         "mean_sampled_tokens": _mean([t.sampled_tokens for t in valid]),
-        "mean_tokens": _mean([sum(len(x.prompt_ids) + len(x.completion_ids) + len(x.close_ids) for x in t.turns)
+        "mean_tokens": _mean([sum(len(x.prompt_ids) + len(x.output_ids) + len(x.close_ids) for x in t.turns)
                               for t in valid]),
         "mean_seconds": _mean([t.seconds for t in valid]),
         "format_errors": sum(t.format_errors for t in valid),

@@ -13,11 +13,11 @@ class InferenceConfig(BaseModel):
     engine: Literal["hf", "openai", "vllm"] = Field("hf", description="hf (transformers in this process), openai (any "
                                                     "OpenAI-compatible server) or vllm (a vLLM server this process "
                                                     "starts and pushes weights into; pip install '.[vllm]')")
-    model: str = Field("smollm2", description="smollm2 (offline default), tiny, tiny-qwen3, a model directory, or a "
-                                              "hub id")
+    model: str = Field("smollm2", description="smollm2 (offline default), tiny, tiny-qwen3, tiny-qwen2.5, a model "
+                                              "directory, or a hub id")
     chat_template: str | None = Field(None, description=(
-        "a Jinja chat template file, or a shipped name (qwen3, qwen3-thinking-2507); null = the tokenizer's own. "
-        "Every engine and the token builder render with it"))
+        "a Jinja chat template file, or a shipped name (qwen3, qwen3-thinking-2507, qwen2.5-instruct); null = the "
+        "tokenizer's own. Every engine and the token builder render with it"))
     chat_template_kwargs: dict[str, bool | int | float | str] = Field(default_factory=dict, description=(
         "variables set in the chat template, e.g. {enable_thinking: false}"))
     device: str = Field("cpu", description="hf: torch device")

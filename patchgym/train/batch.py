@@ -71,8 +71,8 @@ def step_sequences(trajectory: Trajectory, advantage: float, *,
     total = sum(len(t.completion_ids) for t in turns)
     if not turns:
         return []
-    return [TrainSequence(t.prompt_ids + t.completion_ids, [0] * len(t.prompt_ids) + [1] * len(t.completion_ids),
-                          [0.0] * len(t.prompt_ids) + t.logprobs, advantage, trajectory.trajectory_id,
+    return [TrainSequence(t.prompt_ids + t.output_ids, [0] * len(t.prompt_ids) + t.output_mask,
+                          [0.0] * len(t.prompt_ids) + t.output_logprobs, advantage, trajectory.trajectory_id,
                           weight=1 / len(turns), trajectory_tokens=total) for t in turns]
 
 
@@ -82,7 +82,7 @@ def stepwise_extra_tokens(trajectories: Sequence[Trajectory]) -> int:
     extra = 0
     for trajectory in trajectories:
         if trajectory.history == "template" and trajectory.turns:
-            lengths = [len(t.prompt_ids) + len(t.completion_ids) for t in trajectory.turns]
+            lengths = [len(t.prompt_ids) + len(t.output_ids) for t in trajectory.turns]
             extra += sum(lengths) - lengths[-1]
     return extra
 
@@ -94,8 +94,8 @@ def _mask_format_error_turns(trajectory: Trajectory, loss_mask: list[int]) -> li
     for turn in trajectory.turns:
         start += len(turn.prompt_ids)
         if turn.format_error:
-            masked[start:start + len(turn.completion_ids)] = [0] * len(turn.completion_ids)
-        start += len(turn.completion_ids) + len(turn.close_ids)
+            masked[start:start + len(turn.output_ids)] = [0] * len(turn.output_ids)
+        start += len(turn.output_ids) + len(turn.close_ids)
     return masked
 
 

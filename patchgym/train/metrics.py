@@ -24,8 +24,8 @@ KEYS = (
     "iteration", "stage", "optimizer_steps", "lr", "tasks", "trajectories", "rounds", "reward_mean", "reward_std",
     "reward_before_shaping", "resolve_rate", "resolved", "advantage_mean", "advantage_std", "advantage_min", "advantage_max",
     "advantage_zero_fraction", "trained_trajectories", "steps_per_trajectory", "sampled_tokens_per_trajectory",
-    "tokens_per_trajectory", "stepwise_extra_tokens", "observations_cut", "rollout_tokens_per_s", "terminations",
-    "grade_outcomes", "filters", "time_rollout_s", "time_grading_s",
+    "tokens_per_trajectory", "stepwise_extra_tokens", "observations_cut", "thinking_truncated", "rollout_tokens_per_s",
+    "terminations", "grade_outcomes", "filters", "time_rollout_s", "time_grading_s",
     "time_training_s", "time_weight_sync_s", "time_iteration_s", "time_rollout_wait_s", "policy_version_min",
     "staleness_mean", "staleness_max",
 )
@@ -85,10 +85,11 @@ def rollout_stats(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
         "reward_before_shaping": _mean([reward(t) for t in scored]),
         "steps_per_trajectory": _mean([t.steps for t in scored]),
         "sampled_tokens_per_trajectory": _mean([t.sampled_tokens for t in scored]),
-        "tokens_per_trajectory": _mean([sum(len(x.prompt_ids) + len(x.completion_ids) + len(x.close_ids)
+        "tokens_per_trajectory": _mean([sum(len(x.prompt_ids) + len(x.output_ids) + len(x.close_ids)
                                             for x in t.turns) for t in scored]),
         "stepwise_extra_tokens": stepwise_extra_tokens(scored),  # agent.history template: prefixes fed again
         "observations_cut": sum(x.observation_cut_tokens > 0 for t in scored for x in t.turns),
+        "thinking_truncated": sum(bool(x.thought_close_ids) for t in scored for x in t.turns),  # max_thinking_tokens
         "terminations": dict(sorted(Counter(t.termination or "unfinished" for t in trajectories).items())),
         # each grading outcome under its own name: a no_tests_ran scored 0 is told apart from a failing test
         "grade_outcomes": dict(sorted(Counter(t.grade.outcome for t in trajectories if t.grade is not None).items())),
