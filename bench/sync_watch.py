@@ -1,27 +1,38 @@
-"""What a weight push costs beyond its time, watched from outside: the peak memory it adds (PSS of this process and
-of the engine's process group, sampled every 10 ms; PSS splits a shared /dev/shm page between the processes that
-map it, so nothing is counted twice) and whether a checkpoint file appeared (any *.safetensors in /dev/shm or the
+"""What a weight push costs beyond its time, watched from outside: the peak memory it adds (sampled every 10 ms:
+the PSS of this process and of the engine's process group without their shared-memory pages, plus what /dev/shm
+holds, so a file there counts once whether or not a process maps it; other users of /dev/shm on the machine add
+noise) and whether a checkpoint file appeared (any *.safetensors in /dev/shm or the
 temp dir, or one folder down, while it ran: where the old push wrote its checkpoint). Linux only: it reads /proc."""
 
 import glob
 import os
 import tempfile
 import threading
-import time
 
 CHECKPOINT_GLOBS = tuple(os.path.join(root, *parts) for root in ("/dev/shm", tempfile.gettempdir())
                          for parts in (("*.safetensors",), ("*", "*.safetensors")))
 
 
-def pss_bytes(pid: int) -> int:
+def private_bytes(pid: int) -> int:
+    """PSS without shared-memory pages (those are counted once, in shm_bytes)."""
+    fields = {}
     try:
         with open(f"/proc/{pid}/smaps_rollup") as rollup:
             for line in rollup:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        pass
-    return 0
+                key, _, value = line.partition(":")
+                if key in ("Pss", "Pss_Shmem"):
+                    fields[key] = int(value.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        return 0
+    return fields.get("Pss", 0) - fields.get("Pss_Shmem", 0)
+
+
+def shm_bytes() -> int:
+    try:
+        stat = os.statvfs("/dev/shm")
+    except OSError:
+        return 0
+    return (stat.f_blocks - stat.f_bfree) * stat.f_frsize
 
 
 def group_pids(pgid: int) -> list[int]:
@@ -70,7 +81,7 @@ class SyncWatch:
         self._peak = max(self._peak, self._total())
 
     def _total(self) -> int:
-        return sum(pss_bytes(pid) for pid in self._pids)
+        return sum(private_bytes(pid) for pid in self._pids) + shm_bytes()
 
     @staticmethod
     def _checkpoints() -> list[str]:

@@ -12,15 +12,21 @@ sync_ratio = hf / vllm seconds (> 1: vllm syncs faster; hf copies in place, so e
 The vllm push is the trainer's (patchgym.train.prepare.gathered_weights, one tensor at a time, in buckets of
 --bucket-mb): sync_s is its mean seconds, sync_peak_mb the most memory it added at once (PSS of this process and the
 server's processes, bench/sync_watch.py) against model_mb (the weights in vllm's dtype), and checkpoint_written says
-whether a *.safetensors file appeared in /dev/shm or the temp dir while it ran (the old push wrote one each time).
+whether a *.safetensors file appeared in /dev/shm or the temp dir while it ran. checkpoint_sync_s and
+checkpoint_sync_peak_mb are the old push on the same server, measured once for comparison: the whole state dict
+written to /dev/shm as safetensors, then the worker's reload_weights from there.
 """
 
 import argparse
+import shutil
 import sys
+import tempfile
 import time
+from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
+from safetensors.torch import save_file
 
 from patchgym.inference.base import SamplingParams
 from patchgym.inference.hf import HFEngine
@@ -57,6 +63,19 @@ def measure(engine, jobs, weights, pushes: int, pgid: int | None = None) -> dict
     return {"b1": b1, "b8": b8, "sync": sum(sync) / len(sync), "peak_mb": peak, "written": written}
 
 
+def checkpoint_push(engine, state_dict) -> None:
+    """The push this project made before buckets: a full checkpoint in /dev/shm, reloaded from there."""
+    directory = Path(tempfile.mkdtemp(prefix="patchgym-weights-", dir="/dev/shm"))
+    try:
+        weights = {name: t.to(DTYPES[engine.dtype]).contiguous() for name, t in untied(state_dict)}
+        save_file(weights, str(directory / "model.safetensors"))
+        shutil.copy(engine.model_dir / "config.json", directory / "config.json")
+        engine._rpc("reload_weights", weights_path=str(directory))
+        engine._post("/reset_prefix_cache", None)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2")
@@ -81,6 +100,10 @@ def main() -> int:
         start_s = time.perf_counter() - start
         vllm = measure(engine, jobs, lambda: gathered_weights(model), args.pushes, pgid=engine.pid)
         push = engine.last_push
+        with SyncWatch(engine.pid) as old:
+            start = time.perf_counter()
+            checkpoint_push(engine, state_dict)
+            old_s = time.perf_counter() - start
 
     result = {
         "model": args.model,
@@ -103,6 +126,8 @@ def main() -> int:
         "sync_bucket_mb": args.bucket_mb,
         "sync_buckets": push.buckets,
         "sync_largest_bucket_mb": round(push.largest_bucket / 2**20, 1),
+        "checkpoint_sync_s": round(old_s, 3),
+        "checkpoint_sync_peak_mb": round(old.peak_mb, 1),
     }
     print_result(result, args.json)
     return 0
