@@ -57,6 +57,7 @@ HEAVY = {
     "inference/test_openai_server.py": "patchgym serve processes",
     "eval/test_eval_model.py": "evaluations through a served model",
     "train/test_train_ddp.py": "torchrun process groups",
+    "bench/test_gpu_sh.py": "torchrun process groups (bench/gpu.sh --tiny)",
     "train/test_train_fsdp_loop.py": "torchrun process groups",
     "train/test_train_async.py": "async training runs of a minute",
     "viewer/test_viewer.py": "headless Chromium",

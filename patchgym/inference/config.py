@@ -35,3 +35,6 @@ class InferenceConfig(BaseModel):
     vllm_args: list[str] = Field(default_factory=list, description="vllm: extra `vllm serve` arguments, e.g. "
                                                                    "['--max-model-len', '4096']")
     vllm_start_timeout_s: float = Field(300.0, gt=0, description="vllm: seconds to wait for the server's /health")
+    sync_bucket_mb: float = Field(256.0, gt=0, description=(
+        "vllm: a weight push moves this many MB at a time (gathered shard by shard, through one reused /dev/shm "
+        "segment on CPU or NCCL on CUDA); the push's memory beyond the model is about one bucket"))

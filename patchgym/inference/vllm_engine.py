@@ -1,12 +1,15 @@
 """The vllm engine: a `vllm serve` subprocess that this process starts, samples through (token ids in, exact ids and
 logprobs out, via OpenAIEngine) and pushes new policy weights into without a restart.
 
-A weight push writes safetensors + config.json to a RAM-backed temp dir and asks the server's worker to
-`reload_weights` from it (the one route that works on vLLM's CPU backend, whose linear layers are prepacked), then
-empties the prefix cache, whose KV blocks were computed with the old weights.
+A weight push streams the (name, tensor) pairs it is given into the server's worker in buckets of
+`sync_bucket_mb` (patchgym.inference.weight_push: a /dev/shm segment on CPU, NCCL on CUDA), where
+patchgym.inference.vllm_worker loads them in place through vLLM's layerwise reload (the one route that works on the
+CPU backend, whose linear layers are prepacked); no checkpoint is written. It then empties the prefix cache, whose
+KV blocks were computed with the old weights.
 """
 
 import atexit
+import itertools
 import json
 import os
 import shutil
@@ -23,14 +26,16 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 import torch
-from safetensors.torch import save_file
 
+import patchgym
 from patchgym.inference.base import SamplingParams
 from patchgym.inference.chat_template import configure_tokenizer
 from patchgym.inference.models import load_tokenizer, smollm2_dir
 from patchgym.inference.openai_engine import OpenAIEngine, OpenAIEngineError
+from patchgym.inference.weight_push import NcclChannel, PushStats, push_shm, untied
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+EXTENSION = "patchgym.inference.vllm_worker.WeightSyncExtension"
 LOG_TAIL_LINES = 40
 
 
@@ -41,12 +46,13 @@ class VLLMServerError(RuntimeError):
 class VLLMEngine(OpenAIEngine):
     """Engine over a vLLM server it owns (a context manager; close() stops it). `dtype` float32 keeps the sampled
     tokens' logprobs within ~3e-5 of an fp32 trainer's (bf16: up to ~0.3 nats off); `max_batch` caps the sequences
-    decoded together (--max-num-seqs). Unlike HFEngine, a request with top-k/top-p/min-p gets the logprobs of the
+    decoded together (--max-num-seqs); a weight push moves `sync_bucket_mb` at a time. Unlike HFEngine, a request with top-k/top-p/min-p gets the logprobs of the
     truncated distribution; the default (unbiased) sampling is the same in both."""
 
     def __init__(self, spec: str = "smollm2", *, dtype: str = "float32", kv_cache_gb: float = 1.0,
                  max_batch: int = 8, extra_args: Iterable[str] = (), start_timeout_s: float = 300.0,
-                 seed: int = 0, chat_template: str | None = None, chat_template_kwargs: dict | None = None):
+                 seed: int = 0, chat_template: str | None = None, chat_template_kwargs: dict | None = None,
+                 sync_bucket_mb: float = 256.0):
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
         self.model_dir, self.dtype = model_dir(spec), dtype
@@ -61,12 +67,13 @@ class VLLMEngine(OpenAIEngine):
         (self.workdir / "chat_template.jinja").write_text(tokenizer.chat_template)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self._weights_dir: Path | None = None
+        self.bucket_bytes = max(1, int(sync_bucket_mb * 2**20))
+        self.last_push: PushStats | None = None
+        self._nccl: NcclChannel | None = None
         self._stopped = False
         command = [
             sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model_dir),
             "--served-model-name", spec, "--host", "127.0.0.1", "--port", str(self.port), "--dtype", dtype,
-            "--enforce-eager",  # compiling takes a minute per start and gains little on a small model
             "--kv-cache-memory-bytes", str(int(kv_cache_gb * 2**30)),  # else it reserves 90 % of RAM on CPU
             "--max-num-seqs", str(max_batch), "--seed", str(seed),
             # The model's generation_config.json must never set sampling defaults (it turned on top-k/min-p once).
@@ -75,9 +82,15 @@ class VLLMEngine(OpenAIEngine):
             # on, vLLM reports the truncated, renormalised distribution's logprob: what was really sampled from.
             "--logprobs-mode", "processed_logprobs",
             "--chat-template", str(self.workdir / "chat_template.jinja"),
+            "--worker-extension-cls", EXTENSION,
+            # On CPU, compiling takes a minute per start and gains little; on a GPU, CUDA graphs are worth it.
+            *([] if torch.cuda.is_available() else ["--enforce-eager"]),
             *extra_args,
         ]
-        env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1"}  # adds /collective_rpc and /reset_prefix_cache
+        # DEV_MODE adds /collective_rpc and /reset_prefix_cache; the worker imports the extension from this patchgym.
+        source = str(Path(patchgym.__file__).resolve().parents[1])
+        env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1",
+               "PYTHONPATH": os.pathsep.join(filter(None, [source, os.environ.get("PYTHONPATH")]))}
         with open(self.log_path, "wb") as log:
             # Its own process group: vLLM's EngineCore and worker processes must die with it.
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -96,29 +109,32 @@ class VLLMEngine(OpenAIEngine):
         return cls(config.model, dtype=config.vllm_dtype, kv_cache_gb=config.vllm_kv_cache_gb,
                    max_batch=config.max_batch, extra_args=config.vllm_args,
                    start_timeout_s=config.vllm_start_timeout_s, chat_template=config.chat_template,
-                   chat_template_kwargs=config.chat_template_kwargs)
+                   chat_template_kwargs=config.chat_template_kwargs, sync_bucket_mb=config.sync_bucket_mb)
 
     @property
     def pid(self) -> int:
         return self.process.pid
 
     def load_weights(self, state_dict: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Replace the served weights in place. Push whole checkpoints (or whole fused groups: q, k, v together,
-        gate and up together): a layer the files cover only in part is rebuilt with its other parts uninitialised."""
-        items = state_dict.items() if isinstance(state_dict, Mapping) else state_dict
-        directory = Path(tempfile.mkdtemp(prefix="patchgym-weights-", dir=_ram_dir()))
+        """Replace the served weights in place, bucket by bucket, taking the pairs one at a time (a generator that
+        gathers FSDP shards as it goes is never held whole). Push whole models, or whole fused groups (q, k, v
+        together, gate and up together): a layer given only part of its tensors is rebuilt with the rest undefined.
+        A generator must not repeat tied tensors (a state dict may: its ties are dropped here)."""
+        items = untied(state_dict) if isinstance(state_dict, Mapping) else iter(state_dict)
+        first = next(items, None)
+        if first is None:
+            return
+        items = itertools.chain([first], items)
         try:
-            save_file(_unshared(items, DTYPES[self.dtype]), str(directory / "model.safetensors"))
-            shutil.copy(self.model_dir / "config.json", directory / "config.json")
-            self._post("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(directory)}})
-            self._post("/reset_prefix_cache", None)
-        except BaseException:
-            shutil.rmtree(directory, ignore_errors=True)
-            raise
-        # The server now names this directory as its model; the previous one is no longer needed.
-        if self._weights_dir is not None:
-            shutil.rmtree(self._weights_dir, ignore_errors=True)
-        self._weights_dir = directory
+            if first[1].is_cuda:
+                self.last_push = self._nccl_channel(first[1].device).push(self._rpc, items, self.bucket_bytes,
+                                                                          DTYPES[self.dtype])
+            else:
+                self.last_push = push_shm(self._rpc, items, self.bucket_bytes, DTYPES[self.dtype])
+        except VLLMServerError as exc:
+            raise VLLMServerError(f"a weight push failed part-way; the served weights may be mixed until the next "
+                                  f"full push: {exc}") from exc
+        self._post("/reset_prefix_cache", None)
 
     def close(self) -> None:
         atexit.unregister(self.close)
@@ -171,6 +187,16 @@ class VLLMEngine(OpenAIEngine):
         raise VLLMServerError(f"the vLLM server was not healthy after {timeout_s:.0f} s "
                               f"(inference.vllm_start_timeout_s); its log ends:\n{self.log_tail()}")
 
+    def _rpc(self, method: str, **kwargs: Any) -> list:
+        """Call `method` of every worker (the extension's) through /collective_rpc; one result per worker."""
+        return self._post("/collective_rpc", {"method": method, "kwargs": kwargs})["results"]
+
+    def _nccl_channel(self, device: torch.device) -> NcclChannel:
+        """The NCCL group with the workers, formed at the first CUDA push (untested: no GPU where this was written)."""
+        if self._nccl is None:
+            self._nccl = NcclChannel(self._rpc, workers=len(self._rpc("patchgym_rank")), device=device)
+        return self._nccl
+
     def _post(self, route: str, body: Any) -> Any:
         data = json.dumps(body).encode() if body is not None else b""
         request = urllib.request.Request(f"{self.url}{route}", data=data, method="POST",
@@ -200,10 +226,7 @@ class VLLMEngine(OpenAIEngine):
                 _signal_group(process.pid, signal.SIGKILL)
                 process.wait()
                 _group_gone(process.pid, timeout_s=10)
-        for directory in (self._weights_dir, self.workdir):
-            if directory is not None:
-                shutil.rmtree(directory, ignore_errors=True)
-        self._weights_dir = None
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 def model_dir(spec: str) -> Path:
@@ -218,24 +241,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def _unshared(items, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    """CPU tensors in the server's dtype, one per storage: safetensors refuses tied tensors, and vLLM takes a tied
-    lm_head from the embedding anyway."""
-    out, seen = {}, set()
-    for name, tensor in items:
-        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
-        if key in seen:
-            continue
-        seen.add(key)
-        out[name] = tensor.detach().to("cpu", dtype).contiguous()
-    return out
-
-
-def _ram_dir() -> str | None:
-    """/dev/shm where there is one: a full checkpoint is written and read back on every push."""
-    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 
 def _signal_group(pgid: int, sig: int) -> None:

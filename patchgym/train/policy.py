@@ -19,8 +19,8 @@ from patchgym.train.async_rollouts import PolicyVersions
 from patchgym.train.batch import TrainSequence
 from patchgym.train.checkpoint import load_training_state
 from patchgym.train.distributed import Distributed, prepare_policy, save_run_checkpoint
-from patchgym.train.update import (full_state_dict, is_sharded, make_optimizer, make_scheduler,
-                                   policy_update)
+from patchgym.train.prepare import gathered_weights
+from patchgym.train.update import is_sharded, make_optimizer, make_scheduler, policy_update
 
 
 class LocalPolicy:
@@ -54,10 +54,13 @@ class LocalPolicy:
 
     def sync(self, engine, versions: PolicyVersions | None = None) -> None:
         """Push the weights into `engine` (rank 0's; the other ranks pass None and only help gather the shards),
-        through `versions`' swap when given: it waits for the generations in flight, each runs on one version."""
-        if self.place.main or is_sharded(self.model):  # gathering the shards takes every rank
-            weights = full_state_dict(self.model)
+        through `versions`' swap when given: it waits for the generations in flight, each runs on one version.
+        The weights go one tensor at a time (gathered_weights), never as a whole state dict on one rank."""
+        weights = gathered_weights(self.model)
         if not self.place.main:
+            if is_sharded(self.model):
+                for _ in weights:  # rank 0's push takes the same tensors in the same order: each is a gather
+                    pass
             return
         if versions is None:
             engine.load_weights(weights)

@@ -2,11 +2,13 @@
 FSDP2 sharding, and the full weights back out (for the inference engine and Hugging Face checkpoints)."""
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import torch
 from torch import Tensor, nn
 from torch.optim.lr_scheduler import LambdaLR
+
+from patchgym.inference.weight_push import untied
 
 SCHEDULES = ("constant", "cosine", "linear")
 
@@ -87,6 +89,23 @@ def full_state_dict(model: nn.Module) -> dict[str, Tensor]:
         finally:
             model.unmerge_adapter()
     return {name: _full(t).detach() for name, t in model.state_dict().items()}
+
+
+def gathered_weights(model: nn.Module) -> Iterator[tuple[str, Tensor]]:
+    """full_state_dict's (name, tensor) pairs one at a time, for a weight push: an FSDP2 parameter is gathered
+    (`full_tensor`) only when it is taken, so no rank ever holds more than one whole tensor, and a tied tensor comes
+    once. Every rank of a sharded model must iterate it to the end, in step (each gather is a collective)."""
+    if hasattr(model, "merge_adapter"):  # peft
+        model.merge_adapter()
+        try:  # cloned: the merge is undone in place when the last pair has been taken
+            for name, tensor in untied(model.get_base_model().state_dict()):
+                if "lora_" not in name:
+                    yield _base_name(name), _full(tensor).detach().clone()
+        finally:
+            model.unmerge_adapter()
+    else:
+        for name, tensor in untied(model.state_dict()):
+            yield name, _full(tensor).detach()
 
 
 def _base_name(name: str) -> str:

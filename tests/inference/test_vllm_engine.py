@@ -2,6 +2,7 @@
 sampling, the requested sampling (and only it) reaching the server, and live weight pushes that change what the
 running server computes and restore it exactly."""
 
+import glob
 import importlib.util
 import json
 import urllib.request
@@ -11,6 +12,7 @@ import torch
 
 from patchgym.inference.base import SamplingParams
 from patchgym.inference.models import load_model
+from patchgym.train.prepare import gathered_weights
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
                                 reason="vllm is not installed (pip install '.[vllm]')")
@@ -41,7 +43,8 @@ def hf():
 def engine():
     from patchgym.inference.vllm_engine import VLLMEngine
 
-    with VLLMEngine("smollm2", kv_cache_gb=1.0) as eng:
+    # 8 MB buckets split SmolLM2's fp32 layers (its MLP matrices are 3.5 MB each): fused groups span buckets.
+    with VLLMEngine("smollm2", kv_cache_gb=1.0, sync_bucket_mb=8) as eng:
         yield eng
 
 
@@ -135,6 +138,9 @@ def test_pushed_weights_are_served_at_once_and_the_originals_restore_it_exactly(
         perturbed[name] = original[name] + 0.05 * torch.randn(original[name].shape, generator=noise)
     try:
         engine.load_weights(perturbed)
+        assert engine.last_push.transport == "shm" and engine.last_push.buckets > 10
+        assert engine.last_push.largest_bucket <= 8 * 2**20 or engine.last_push.largest_bucket == 49152 * 576 * 4
+        assert not glob.glob("/dev/shm/patchgym-push-*")  # the segment is unlinked after the push
         pushed_scores = score(engine, prompt, before.token_ids)
         pushed = engine.generate(prompt, params)  # the prompt's KV blocks are in the prefix cache from `before`
         model.load_state_dict(perturbed)
@@ -148,7 +154,8 @@ def test_pushed_weights_are_served_at_once_and_the_originals_restore_it_exactly(
     assert pushed_scores == pytest.approx(expected_scores, abs=1e-4)
     assert pushed.logprobs == pytest.approx(expected_pushed, abs=1e-4)
 
-    engine.load_weights(original)
+    engine.load_weights(gathered_weights(model))  # the trainer's path: a generator, one tensor at a time
+    assert engine.last_push.tensors == len(original) - 1  # the tied lm_head is the embedding, sent once
     after = engine.generate(prompt, params)
     # The same tokens, and logprobs within float32 rounding: on some CPUs vLLM's reloaded weights take another
     # kernel layout than the first load did (measured: up to 2.3e-5 apart here, and only after the module's

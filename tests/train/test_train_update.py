@@ -13,6 +13,7 @@ from patchgym.rl.losses import entropy_from_logits
 from patchgym.train import logprobs as logprob_module
 from patchgym.train.batch import TrainSequence, collate, pack_micro_batches
 from patchgym.train.logprobs import sequence_logprobs
+from patchgym.train.prepare import gathered_weights
 from patchgym.train.update import (accumulate_policy_gradients, enable_gradient_checkpointing, full_state_dict,
                                    make_optimizer, make_scheduler, maybe_lora, policy_update, sft_update)
 
@@ -274,6 +275,10 @@ def test_lora_trains_only_adapters_and_exports_merged_weights(model):
         policy_update(lora, optimizer, make_sequences(), ALGOS["token-mean, dual clip"], micro_token_budget=64)
     weights = full_state_dict(lora)
     assert set(weights) == base_names
+    streamed = dict(gathered_weights(lora))  # a weight push's pairs: the same merged values, the tie once
+    assert set(weights) - set(streamed) == {"lm_head.weight"} and lora.base_model.model.lm_head.weight is \
+        lora.base_model.model.model.embed_tokens.weight
+    assert all(torch.equal(streamed[name], weights[name]) for name in streamed)
     merged = copy.deepcopy(lora).merge_and_unload()
     for name, tensor in merged.state_dict().items():
         assert torch.allclose(weights[name], tensor, atol=1e-6), name
