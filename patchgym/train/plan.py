@@ -16,12 +16,14 @@ Activation Recomputation in Large Transformer Models", Sec. 4, without its 5as/h
 SwiGLU MLP and grouped KV heads of these models):
     A_layer = 6h + 4(a d) + 4(k d) + 4f   elements per token,
 each RMSNorm keeping its input, normalised and scaled outputs (2 x 3h), RoPE q and k with their rotations
-(2ad + 2kd), attention its q, k, v and output (2ad + 2kd), o_proj its input (ad), and the MLP gate, SiLU(gate),
+(2ad + 2kd), attention its rotated q, k, v and the output o_proj reads (2ad + 2kd), and the MLP gate, SiLU(gate),
 up and their product (4f); Qwen3's q/k RMSNorms add 3(ad + kd). With gradient checkpointing a layer keeps only its
 input (h per token) and one layer's activations are recomputed at a time. Outside the layers: the embedding output
 and final norm (4h), and the vocabulary projection of the sampled tokens (patchgym.train.logprobs): their fp32
 logits, S x V x 4 bytes, capped at one chunk of LOGIT_CHUNK_ELEMENTS (above it chunks are recomputed in backward).
-Every token is counted as a sampled one: an upper bound. Measured against this on CPU: tests/train/test_train_plan.py.
+Every token is counted as a sampled one: an upper bound. Not counted: the block-diagonal mask that attention without
+varlen kernels keeps for packed rows (sdpa or eager, as on CPU), 4 S^2 bytes per micro-batch. Measured against this
+on CPU (within 10% for the shapes there): tests/train/test_train_plan.py.
 
 Inference (vLLM), per device with tensor parallelism TP (vllm_args --tensor-parallel-size): weights P x bytes / TP
 and the KV cache of inference.max_batch sequences at agent.max_context_tokens, L x k x d x 2 (K and V) x bytes per
@@ -219,10 +221,11 @@ def kv_cache_bytes(shape: Shape, tokens: int, dtype_bytes: int) -> float:
 
 
 def _lora_params(model, lora: dict) -> int:
-    """r x (in + out) for every Linear the adapter targets ("all-linear": all but the output head)."""
+    """r x (in + out) for every Linear the adapter targets ("all-linear": all but the output head; none named: q_proj
+    and v_proj, peft's default for Llama and Qwen)."""
     from torch import nn
 
-    rank, targets = int(lora.get("r", 8)), lora.get("target_modules", "all-linear")
+    rank, targets = int(lora.get("r", 8)), lora.get("target_modules") or ["q_proj", "v_proj"]
     head = model.get_output_embeddings()
     total = 0
     for name, module in model.named_modules():

@@ -1,6 +1,7 @@
 """The optimizer steps of one RL iteration (`policy_update`) and of SFT (`sft_update`), over micro-batches packed by
-a token budget (into one unpadded row each; `packing=False`: padded rows), with every denominator taken over the whole optimizer step (and over all data-parallel ranks), so
-that micro-batching and data parallelism give exactly the gradient of the full batch.
+a token budget (each into one unpadded row; `packing=False`: padded rows), with every denominator taken over the
+whole optimizer step (and over all data-parallel ranks), so that micro-batching and data parallelism give exactly
+the gradient of the full batch.
 
 Data parallelism: pass the plain model and `process_group`; the gradients of the ranks are summed (not averaged)
 after the backward passes, because each rank's loss is already its share of the global loss. An FSDP2 model

@@ -140,3 +140,16 @@ def test_a_bad_model_config_is_a_user_error_naming_the_file(tmp_path, content, s
     assert str(path) in str(error.value) and re.search(says, str(error.value))
     result = CliRunner().invoke(app, ["plan", "--model-config", str(path)])
     assert result.exit_code == 2 and str(path) in result.output.replace("\n", "")
+
+
+def test_lora_trains_only_its_adapters():
+    """LoRA's trainable count is that of peft itself on the real model; gradients and AdamW states follow it."""
+    from peft import LoraConfig, get_peft_model
+
+    shape_config = SHAPES["llama, small vocabulary"]
+    lora = {"r": 4, "target_modules": ["q_proj", "v_proj", "down_proj"]}
+    shape = read_shape(shape_config.to_dict(), "llama", lora)
+    peft_model = get_peft_model(AutoModelForCausalLM.from_config(shape_config), LoraConfig(**lora))
+    assert shape.lora_params == sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
+    planned = plan(load_config(overrides=[f"train.lora={json.dumps(lora)}"]), shape, 1, 1.0)
+    assert planned.gradients == shape.lora_params * 4 and planned.parameters == shape.params * 4
