@@ -441,6 +441,36 @@ def train(files: list[Path] = ConfigFiles,
 
 
 @app.command()
+def plan(files: list[Path] = ConfigFiles,
+         gpus: int = typer.Option(1, "--gpus", help="devices the run is sharded over"),
+         gpu_gb: float = typer.Option(80.0, "--gpu-gb", help="memory of each device, GB"),
+         model_config: Path | None = typer.Option(None, "--model-config", help="the model's config.json (default: "
+                                                                                 "inference.model's)"),
+         as_json: bool = typer.Option(False, "--json", help="print the plan as one JSON object"),
+         overrides: list[str] = Overrides) -> None:
+    """Memory per device to train (and serve) the configured model, from its config.json alone; does it fit?"""
+    from patchgym.train.plan import GB, model_config as read_model_config, plan as make_plan, read_shape
+
+    config = _config(files, overrides)
+    raw, source = read_model_config(config, model_config)
+    result = make_plan(config, read_shape(raw, source, config.train.lora), gpus, gpu_gb, model=source)
+    if as_json:
+        print(result.as_json())
+        return
+    table = Table(title=f"{source}: {gpus} x {gpu_gb:g} GB, {result.tokens_per_micro_batch} tokens per micro-batch, "
+                        f"sequence parallel {result.sequence_parallel}")
+    table.add_column("per device")
+    table.add_column("GB", justify="right")
+    for name, value in result.rows():
+        table.add_row(name, f"{value / GB:.2f}")
+    console.print(table)
+    verdict = lambda ok: "[green]fits[/]" if ok else "[red]does not fit[/]"  # noqa: E731
+    console.print(f"training {verdict(result.fits_training)} in {gpu_gb:g} GB; engine {verdict(result.fits_engine)} "
+                  f"in {result.engine_budget / GB:.1f} GB (vLLM's share); both at once: "
+                  f"{verdict(result.colocated)}")
+
+
+@app.command()
 def rft(tasks: Path = typer.Option(..., help="tasks JSONL"),
         model: str | None = typer.Option(None, help="the policy (sets inference.model)"),
         runs: int = typer.Option(10, min=1, help="rollouts per task (Nebius: 10)"),

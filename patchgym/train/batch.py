@@ -1,6 +1,6 @@
 """Training batches from trajectories: one token sequence per trajectory (built from its stored ids, never
-re-tokenised), or one per turn for step-wise trajectories (agent.history template), micro-batches packed by a token
-budget, and padded tensors for one forward pass.
+re-tokenised), or one per turn for step-wise trajectories (agent.history template), micro-batches grouped by a token
+budget, and the tensors of one forward pass: packed (the sequences back to back in one row, no padding) or padded.
 
 Step-wise normalisation: the steps of one trajectory count as that one trajectory. Every step row carries its
 trajectory's advantage, weight 1/steps (so B, the sequence count of seq-mean aggregations, counts trajectories) and
@@ -117,6 +117,45 @@ def pack_micro_batches(sequences: Sequence[Sized], token_budget: int) -> list[li
         else:
             groups.append([i])
     return groups
+
+
+def pack_sequences(sequences: Sequence[Sized], token_budget: int) -> list[list[int]]:
+    """Indices of `sequences` grouped so that each group's total length is <= `token_budget` (they are packed into
+    one row, so nothing is padded).
+
+    First-fit decreasing: longest first, each into the first group with room; a sequence longer than the budget
+    gets a group of its own. The result depends only on the lengths, so every rank packs the same way.
+    """
+    if token_budget < 1:
+        raise ValueError(f"token_budget must be >= 1, got {token_budget}")
+    order = sorted(range(len(sequences)), key=lambda i: (-len(sequences[i]), i))
+    groups: list[list[int]] = []
+    room: list[int] = []
+    for i in order:
+        length = len(sequences[i])
+        fits = next((g for g, free in enumerate(room) if length <= free), None)
+        if fits is None:
+            groups.append([i])
+            room.append(token_budget - length)
+        else:
+            groups[fits].append(i)
+            room[fits] -= length
+    return groups
+
+
+def collate_packed(sequences: Sequence[TrainSequence]) -> dict[str, Tensor]:
+    """The model's input as one row with no padding: packed_ids and position_ids [1, sum of lengths] (positions
+    restart at 0 at each sequence) and lengths [rows]. The per-token loss tensors (loss_mask, rollout_logprobs,
+    advantages, row_tokens, and attention_mask marking real tokens) keep collate's [rows, width] layout, because
+    every loss aggregation sums per sequence; `patchgym.train.logprobs.batch_logprobs` maps between the two."""
+    rows = collate(sequences, pad_id=0)
+    del rows["input_ids"]
+    return {
+        "packed_ids": torch.tensor([[t for s in sequences for t in s.input_ids]], dtype=torch.long),
+        "position_ids": torch.tensor([[p for s in sequences for p in range(len(s))]], dtype=torch.long),
+        "lengths": torch.tensor([len(s) for s in sequences], dtype=torch.long),
+        **rows,
+    }
 
 
 def collate(sequences: Sequence[TrainSequence], pad_id: int) -> dict[str, Tensor]:

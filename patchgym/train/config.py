@@ -29,6 +29,9 @@ class TrainConfig(BaseModel):
     mini_batches: int = Field(1, ge=1, description="K: optimizer steps per iteration, each on 1/K of the batch")
     micro_token_budget: int = Field(8192, ge=16, description=(
         "tokens per forward/backward pass (sequences are packed up to it; a longer one goes alone)"))
+    packing: bool = Field(True, description=(
+        "pack each micro-batch's sequences into one row with no padding (positions restart per sequence, attention "
+        "kept inside each); false = padded rows, rows x longest <= micro_token_budget"))
     gradient_checkpointing: bool = Field(False, description="recompute activations in backward: less memory, "
                                                             "about 30% more time")
     fsdp: bool = Field(False, description="under torchrun (WORLD_SIZE > 1): FSDP2-shard the policy over the ranks; "

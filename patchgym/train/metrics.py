@@ -33,7 +33,7 @@ KEYS = (
 # has UPDATE_KEYS, null where the update did not report one (nothing trained).
 UPDATE_NAMES = {"tokens": "policy_tokens", "input_tokens": "train_input_tokens", "tokens_per_s": "train_tokens_per_s"}
 UPDATE_KEYS = ("loss", "clip_frac_low", "clip_frac_high", "clip_frac_dual", "rollout_logprob_gap", "entropy",
-               "grad_norm", "policy_tokens", "train_tokens_per_s")
+               "grad_norm", "policy_tokens", "train_tokens_per_s", "padding_fraction")
 
 
 class MetricsLog:

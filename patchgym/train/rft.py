@@ -64,9 +64,10 @@ def sft(config: Config, trajectories: Sequence[Trajectory], out: str | Path) -> 
     try:
         for step, batch in enumerate(batches, 1):
             update = sft_update(model, optimizer, batch, micro_token_budget=train.micro_token_budget,
-                                max_grad_norm=train.max_grad_norm, scheduler=scheduler)
+                                max_grad_norm=train.max_grad_norm, scheduler=scheduler, packing=train.packing)
             metrics.write({"iteration": step, "sequences": len(batch), "loss": update["loss"],
                            "grad_norm": update["grad_norm"], "policy_tokens": update["tokens"],
+                           "padding_fraction": update["padding_fraction"],
                            "lr": scheduler.get_last_lr()[0], "time_training_s": update["seconds"]})
             console.print(f"sft step {step}/{len(batches)}: loss {update['loss']:.4f} on {len(batch)} trajectories")
     finally:

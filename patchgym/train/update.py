@@ -1,6 +1,7 @@
 """The optimizer steps of one RL iteration (`policy_update`) and of SFT (`sft_update`), over micro-batches packed by
-a token budget, with every denominator taken over the whole optimizer step (and over all data-parallel ranks), so
-that micro-batching and data parallelism give exactly the gradient of the full batch.
+a token budget (each into one unpadded row; `packing=False`: padded rows), with every denominator taken over the
+whole optimizer step (and over all data-parallel ranks), so that micro-batching and data parallelism give exactly
+the gradient of the full batch.
 
 Data parallelism: pass the plain model and `process_group`; the gradients of the ranks are summed (not averaged)
 after the backward passes, because each rank's loss is already its share of the global loss. An FSDP2 model
@@ -18,8 +19,8 @@ from torch import Tensor, nn
 
 from patchgym.rl.config import AlgorithmConfig
 from patchgym.rl.losses import Denominators, aggregate_loss, kl_penalty, policy_loss
-from patchgym.train.batch import TrainSequence, collate, pack_micro_batches
-from patchgym.train.logprobs import final_hidden_states, sequence_logprobs
+from patchgym.train.batch import TrainSequence, collate, collate_packed, pack_micro_batches, pack_sequences
+from patchgym.train.logprobs import batch_logprobs, final_hidden_states, sequence_logprobs
 from patchgym.train.prepare import (enable_gradient_checkpointing, full_state_dict, make_optimizer, make_scheduler,
                                     maybe_lora, shard_model)
 
@@ -48,6 +49,7 @@ class UpdateTally:
     grad_norm: float = 0.0  # pre-clip norm, summed over optimizer steps (and ranks, which all see the same one)
     weight: float = 0.0  # policy tokens of the micro-batches run
     input_tokens: float = 0.0  # tokens that went through the model
+    processed_tokens: float = 0.0  # positions the model computed: input_tokens plus padding
     micro_batches: float = 0.0  # run (idle passes not counted)
     skipped_zero_advantage: float = 0.0  # rows skipped because their advantage is 0
     skipped_tokens: float = 0.0  # their policy tokens
@@ -61,13 +63,18 @@ class UpdateTally:
     tis_weight_mean: float = 0.0  # with algorithm.tis_cap
     kl: float = 0.0  # with algorithm.kl_coef > 0
 
-    def add_micro_batch(self, token_means: dict[str, float], policy_tokens: float, input_tokens: float) -> None:
+    def add_micro_batch(self, token_means: dict[str, float], policy_tokens: float, batch: dict[str, Tensor]) -> None:
         """One micro-batch's per-token means (policy_loss's metrics, entropy, kl), weighted by its policy tokens."""
         for name in TOKEN_METRICS:
             setattr(self, name, getattr(self, name) + token_means.get(name, 0.0) * policy_tokens)
         self.weight += policy_tokens
-        self.input_tokens += input_tokens
+        self.add_tokens(batch)
         self.micro_batches += 1
+
+    def add_tokens(self, batch: dict[str, Tensor]) -> None:
+        """The real and the computed (padding included) tokens of a micro-batch's forward pass."""
+        self.input_tokens += float(batch["attention_mask"].sum())
+        self.processed_tokens += (batch["packed_ids"] if "packed_ids" in batch else batch["input_ids"]).numel()
 
     def reduce(self, process_group, device: torch.device) -> "UpdateTally":
         """The sums over the ranks of `process_group` (this tally itself without one)."""
@@ -112,6 +119,7 @@ def accumulate_policy_gradients(
     ref_model: nn.Module | None = None,
     process_group=None,
     tally: UpdateTally | None = None,
+    packing: bool = True,
 ) -> float:
     """Add to `.grad` the gradient of one optimizer step's policy loss over `sequences` (this rank's share).
 
@@ -130,13 +138,12 @@ def accumulate_policy_gradients(
     tally.skipped_zero_advantage += len(skipped)
     tally.skipped_tokens += sum(s.policy_tokens for s in skipped)
     ran = False
-    for rows, batch in _micro_batches(model, [sequences[i] for i in work], micro_token_budget, process_group):
+    for rows, batch in _micro_batches(model, [sequences[i] for i in work], micro_token_budget, process_group,
+                                      packing):
         ran = True
         group = [work[j] for j in rows]
         mask = batch["loss_mask"]
-        need_entropy_grad = algo.entropy_coef > 0
-        logprobs, entropy = sequence_logprobs(model, batch["input_ids"], batch["attention_mask"], positions=mask,
-                                              entropy=True, entropy_grad=need_entropy_grad)
+        logprobs, entropy = batch_logprobs(model, batch, entropy=True, entropy_grad=algo.entropy_coef > 0)
         old = logprobs.detach() if old_logprobs is None else _pad_rows([old_logprobs[i] for i in group], mask)
         loss, metrics = policy_loss(
             logprobs, old, batch["advantages"], mask, clip_low=algo.clip_low, clip_high=algo.clip_high,
@@ -152,7 +159,7 @@ def accumulate_policy_gradients(
             metrics["kl"] = _masked_sum(kl.detach(), mask) / max(metrics["tokens"], 1)
         loss.backward()
         total += float(loss.detach())
-        tally.add_micro_batch(metrics, metrics["tokens"], float(batch["attention_mask"].sum()))
+        tally.add_micro_batch(metrics, metrics["tokens"], batch)
     if not ran:  # the gradient is exactly zero; give the optimizer that zero, as a backward pass would have
         for param in model.parameters():
             if param.requires_grad and param.grad is None:
@@ -172,6 +179,7 @@ def policy_update(
     scheduler=None,
     process_group=None,
     ref_model: nn.Module | None = None,
+    packing: bool = True,
 ) -> dict[str, float]:
     """K = `mini_batches` optimizer steps over contiguous slices of `sequences` (shuffle them first if wanted).
 
@@ -187,14 +195,14 @@ def policy_update(
     slices = split_mini_batches(len(sequences), mini_batches)
     only_pg = algo.entropy_coef == 0 and algo.kl_coef == 0  # then zero-advantage rows need no pi_old either
     later = [i for s in slices[1:] for i in s if sequences[i].advantage != 0 or not only_pg]
-    old = _old_logprobs(model, sequences, later, micro_token_budget, process_group)
+    old = _old_logprobs(model, sequences, later, micro_token_budget, process_group, packing)
     tally = UpdateTally()
     for k, part in enumerate(slices):
         chunk = [sequences[i] for i in part]
         chunk_old = None if k == 0 else [old.get(i) for i in part]  # None: a skipped (A = 0) row
         tally.loss += accumulate_policy_gradients(
             model, chunk, algo, micro_token_budget=micro_token_budget, old_logprobs=chunk_old, ref_model=ref_model,
-            process_group=process_group, tally=tally)
+            process_group=process_group, tally=tally, packing=packing)
         tally.grad_norm += _step(model, optimizer, scheduler, max_grad_norm, process_group)
     tally = tally.reduce(process_group, _device(model))
     return {**_token_means(tally, algo), "skipped_zero_advantage": tally.skipped_zero_advantage,
@@ -210,6 +218,7 @@ def sft_update(
     max_grad_norm: float | None = 1.0,
     scheduler=None,
     process_group=None,
+    packing: bool = True,
 ) -> dict[str, float]:
     """One optimizer step on the token-mean negative log-likelihood of the loss-mask tokens of `sequences`."""
     start = time.perf_counter()
@@ -217,28 +226,27 @@ def sft_update(
     _sum_fsdp_gradients(model)
     den = step_denominators_of(sequences, process_group, _device(model))
     tally = UpdateTally()
-    for _, batch in _micro_batches(model, sequences, micro_token_budget, process_group):
+    for _, batch in _micro_batches(model, sequences, micro_token_budget, process_group, packing):
         mask = batch["loss_mask"]
-        logprobs = sequence_logprobs(model, batch["input_ids"], batch["attention_mask"], positions=mask)
+        logprobs = batch_logprobs(model, batch)
         loss = aggregate_loss(-logprobs, mask, "token-mean", global_tokens=den.tokens)
         loss.backward()
         tally.loss += float(loss.detach())
         tally.weight += float(mask.sum())
-        tally.input_tokens += float(batch["attention_mask"].sum())
+        tally.add_tokens(batch)
     tally.grad_norm += _step(model, optimizer, scheduler, max_grad_norm, process_group)
     tally = tally.reduce(process_group, _device(model))
     return _summary(tally, 1, time.perf_counter() - start, process_group)
 
 
 def _old_logprobs(model: nn.Module, sequences: Sequence[TrainSequence], indices: list[int],
-                  micro_token_budget: int, process_group) -> dict[int, Tensor]:
+                  micro_token_budget: int, process_group, packing: bool) -> dict[int, Tensor]:
     """{index: pi_old logprobs [len]} for `indices`, from no-grad forward passes at the current weights."""
     chosen = [sequences[i] for i in indices]
     old: dict[int, Tensor] = {}
     with torch.no_grad():
-        for rows, batch in _micro_batches(model, chosen, micro_token_budget, process_group):
-            logprobs = sequence_logprobs(model, batch["input_ids"], batch["attention_mask"],
-                                         positions=batch["loss_mask"])
+        for rows, batch in _micro_batches(model, chosen, micro_token_budget, process_group, packing):
+            logprobs = batch_logprobs(model, batch)
             for row, j in enumerate(rows):
                 old[indices[j]] = logprobs[row, :len(chosen[j])]
     return old
@@ -252,23 +260,26 @@ def _aggregate(per_token: Tensor, mask: Tensor, algo: AlgorithmConfig, den: Deno
 
 
 def _micro_batches(model: nn.Module, sequences: Sequence[TrainSequence], micro_token_budget: int,
-                   process_group) -> Iterator[tuple[list[int], dict[str, Tensor]]]:
-    """Each micro-batch of `sequences`: the indices of its rows, and their collated tensors on the model's device.
-    The empty micro-batches that pad this rank to the most any rank has (under FSDP, see _plan) are run here as
-    idle passes and not yielded."""
+                   process_group, packing: bool) -> Iterator[tuple[list[int], dict[str, Tensor]]]:
+    """Each micro-batch of `sequences`: the indices of its rows, and their collated tensors (packed, or padded) on
+    the model's device. The empty micro-batches that pad this rank to the most any rank has (under FSDP, see _plan)
+    are run here as idle passes and not yielded."""
     device, pad_id = _device(model), _pad_id(model)
-    for rows in _plan(model, sequences, micro_token_budget, process_group):
+    for rows in _plan(model, sequences, micro_token_budget, process_group, packing):
         if not rows:
             _idle_pass(model)
             continue
-        yield rows, {k: v.to(device) for k, v in collate([sequences[i] for i in rows], pad_id).items()}
+        chosen = [sequences[i] for i in rows]
+        batch = collate_packed(chosen) if packing else collate(chosen, pad_id)
+        yield rows, {k: v.to(device) for k, v in batch.items()}
 
 
 def _plan(model: nn.Module, sequences: Sequence[TrainSequence], micro_token_budget: int,
-          process_group) -> list[list[int]]:
+          process_group, packing: bool) -> list[list[int]]:
     """The micro-batches of `sequences`; under FSDP, padded with empty ones to the most any rank has, because every
     forward and backward pass of a sharded model is a collective that all ranks must join."""
-    groups = pack_micro_batches(sequences, micro_token_budget)
+    group_by = pack_sequences if packing else pack_micro_batches
+    groups = group_by(sequences, micro_token_budget)
     if process_group is not None and is_sharded(model):
         most = torch.tensor([len(groups)], device=_device(model))
         dist.all_reduce(most, op=dist.ReduceOp.MAX, group=process_group)
@@ -286,7 +297,7 @@ def _idle_pass(model: nn.Module) -> None:
 
 def _reference_logprobs(ref_model: nn.Module, batch: dict[str, Tensor]) -> Tensor:
     with torch.no_grad():
-        return sequence_logprobs(ref_model, batch["input_ids"], batch["attention_mask"], positions=batch["loss_mask"])
+        return batch_logprobs(ref_model, batch)
 
 
 def _step(model: nn.Module, optimizer, scheduler, max_grad_norm: float | None, process_group) -> float:
@@ -352,6 +363,8 @@ def _summary(tally: UpdateTally, steps: int, seconds: float, process_group) -> d
         "grad_norm": tally.grad_norm / (steps * world),  # every rank added the same norm
         "tokens": tally.weight + tally.skipped_tokens,  # sampled tokens of the step, skipped rows included
         "input_tokens": tally.input_tokens,  # tokens that went through the model
+        # padding positions / positions computed: 0 when packed
+        "padding_fraction": 1 - tally.input_tokens / tally.processed_tokens if tally.processed_tokens else 0.0,
         "steps": steps,
         "seconds": seconds,
         "tokens_per_s": tally.input_tokens / seconds if seconds > 0 else 0.0,

@@ -5,7 +5,8 @@ import torch
 
 from patchgym.agent.tokens import build_training_sequence
 from patchgym.agent.trajectory import Trajectory, Turn
-from patchgym.train.batch import TrainSequence, collate, pack_micro_batches, sequences_from_trajectories
+from patchgym.train.batch import (TrainSequence, collate, collate_packed, pack_micro_batches, pack_sequences,
+                                  sequences_from_trajectories)
 
 
 def turn(prompt, completion, close=(9,), format_error=False) -> Turn:
@@ -59,6 +60,26 @@ def test_packing_respects_the_budget_and_keeps_every_sequence():
         assert len(g) * width <= 24 or len(g) == 1  # the 40-token sequence goes alone
     assert [5] in groups
     assert pack_micro_batches(sequences, token_budget=1000) == [[5, 1, 7, 3, 4, 0, 2, 6]]
+
+
+def test_packing_fills_rows_up_to_the_budget_first_fit_longest_first():
+    lengths = [5, 17, 3, 9, 9, 40, 1, 12]
+    groups = pack_sequences([seq(n) for n in lengths], token_budget=24)
+    # 40 alone (over budget); 17 + 5 + 1; 12 + 9 + 3; 9
+    assert groups == [[5], [1, 0, 6], [7, 3, 2], [4]]
+    assert all(sum(lengths[i] for i in g) <= 24 for g in groups[1:])
+    assert pack_sequences([seq(n) for n in lengths], token_budget=1000) == [[5, 1, 7, 3, 4, 0, 2, 6]]
+
+
+def test_collate_packed_puts_sequences_back_to_back_with_positions_restarting():
+    a = TrainSequence([5, 6, 7], [0, 1, 1], [0.0, -0.1, -0.2], 2.0)
+    b = TrainSequence([8, 9], [1, 1], [-0.3, -0.4], -1.0)
+    batch = collate_packed([a, b])
+    assert batch["packed_ids"].tolist() == [[5, 6, 7, 8, 9]]
+    assert batch["position_ids"].tolist() == [[0, 1, 2, 0, 1]]
+    assert batch["lengths"].tolist() == [3, 2]
+    assert batch["loss_mask"].tolist() == [[0, 1, 1], [1, 1, 0]]  # the loss keeps one row per sequence
+    assert "input_ids" not in batch
 
 
 def test_collate_pads_on_the_right():

@@ -11,7 +11,7 @@ import torch
 from patchgym.rl.config import AlgorithmConfig, load_preset
 from patchgym.rl.losses import entropy_from_logits
 from patchgym.train import logprobs as logprob_module
-from patchgym.train.batch import TrainSequence, collate, pack_micro_batches
+from patchgym.train.batch import TrainSequence, collate, pack_micro_batches, pack_sequences
 from patchgym.train.logprobs import sequence_logprobs
 from patchgym.train.prepare import gathered_weights
 from patchgym.train.update import (accumulate_policy_gradients, enable_gradient_checkpointing, full_state_dict,
@@ -96,9 +96,10 @@ def test_observation_tokens_get_zero_gradient(model, update):
         sft_update(model, make_optimizer(model, lr=0.0), sequences, micro_token_budget=10_000)
     hook.remove()
     (grad,) = grads
-    (order,) = pack_micro_batches(sequences, 10_000)  # the rows as the forward pass saw them
-    predicts_sampled = collate([sequences[i] for i in order], 0)["loss_mask"][:, 1:].bool()
-    per_position = grad[:, :-1].abs().sum(-1)
+    (order,) = pack_sequences(sequences, 10_000)  # the packed row as the forward pass saw it
+    # Position t predicts t+1 only inside a sequence: the last token of each predicts nothing.
+    predicts_sampled = torch.tensor([m for i in order for m in sequences[i].loss_mask[1:] + [0]]).bool()
+    per_position = grad[0].abs().sum(-1)
     assert (per_position[~predicts_sampled] == 0).all()
     assert (per_position[predicts_sampled] > 0).all()
 
