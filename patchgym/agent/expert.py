@@ -21,7 +21,7 @@ from patchgym.tasks import Task
 from patchgym.tasks.diffs import FilePatch, Hunk, parse_patch
 
 PYTEST = "python -m pytest -q -p no:cacheprovider"
-MAX_TESTS = 5  # test ids on one command line
+MAX_TESTS = 3  # failing test ids on one command line
 
 
 class Unplayable(UserError):
@@ -213,8 +213,9 @@ def _test_step(task: Task, visible_tests: set[str], changed: list[str], rng: ran
     failing, passing = visible(task.FAIL_TO_PASS), visible(task.PASS_TO_PASS)
     if failing:
         ids, why = failing[:MAX_TESTS], "Now let me run the failing test to confirm the fix."
-    elif passing:
-        ids = rng.sample(passing, min(MAX_TESTS, len(passing)))
+    elif passing:  # whole files: a few ids of tests that must keep passing would cost more tokens than they say
+        files = list(dict.fromkeys(map(_test_file, passing)))
+        ids = rng.sample(files, min(2, len(files)))
         why = "The failing test's file is not in the workspace; let me run tests that must keep passing."
     else:
         ids = []

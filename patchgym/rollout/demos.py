@@ -139,6 +139,12 @@ class DemoBuilder:
 
 def why_rejected(trajectory: Trajectory) -> str:
     """Why a played demo is not kept, in a few words."""
+    cut = [n for n, turn in enumerate(trajectory.turns) if turn.finish_reason == "length"]
+    if cut:
+        return (f"turn {cut[0]} needs more than the {len(trajectory.turns[cut[0]].completion_ids)} tokens "
+                "agent.sampling.max_new_tokens (or the context) allowed")
+    if trajectory.termination == "max_steps":
+        return f"the plan has more steps than agent.max_steps ({trajectory.steps})"
     if trajectory.termination != "submitted":
         return f"ended as {trajectory.termination}" + (f": {trajectory.error}" if trajectory.error else "")
     grade = trajectory.grade

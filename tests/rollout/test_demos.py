@@ -1,18 +1,21 @@
 """`patchgym demos` on a real factory task in docker sandboxes: its K demos resolve, differ, pass the token check and
 train with a finite SFT loss; a task whose gold patch does not match its files yields none, with the reason; a rerun
-resumes without playing again."""
+resumes without playing again. A demo the agent's limits cut short says which limit (in memory)."""
 
 import json
 import math
 
 import pytest
 
+from memory_env import BUGGY, MemoryEnv, memory_grade, memory_task
 from patchgym.agent.check_tokens import check_run
 from patchgym.agent.config import AgentConfig
+from patchgym.agent.expert import ExpertEngine, plan_demo
+from patchgym.agent.loop import run_agent
 from patchgym.agent.trajectory_files import read_trajectories
 from patchgym.config import load_config
 from patchgym.rollout import RolloutConfig
-from patchgym.rollout.demos import build_demos
+from patchgym.rollout.demos import build_demos, why_rejected
 from patchgym.sandbox import SandboxConfig
 from patchgym.train.rft import sft
 
@@ -28,6 +31,11 @@ def broken_copy(task):
     at = next(i for i, line in enumerate(lines) if line.startswith("@@")) + 1
     lines[at] = " # a line the file does not have"
     return task.model_copy(update={"instance_id": task.instance_id + ".broken", "patch": "\n".join(lines)})
+
+
+@pytest.fixture
+def tokenizer(tiny):
+    return tiny[1]
 
 
 @pytest.mark.parametrize("backend", ["docker"], indirect=True)
@@ -65,3 +73,15 @@ def test_demos_of_a_factory_task_resolve_differ_check_and_train(backend, ci_task
     sft(config, demos[:1], tmp_path / "sft")
     losses = [json.loads(line)["loss"] for line in (tmp_path / "sft" / "metrics.jsonl").read_text().splitlines()]
     assert len(losses) == 1 and math.isfinite(losses[0]) and losses[0] > 0
+
+
+@pytest.mark.parametrize("limits, reason", [
+    ({"sampling": {"max_new_tokens": 40}}, "turn 0 needs more than the 40 tokens agent.sampling.max_new_tokens"),
+    ({"max_steps": 3}, "the plan has more steps than agent.max_steps (3)")])
+def test_a_demo_the_agent_limits_cut_short_says_which_limit(tokenizer, limits, reason):
+    task = memory_task()
+    plan = plan_demo(task, dict(BUGGY), set(), 0)
+    trajectory = run_agent(task, ExpertEngine(tokenizer, plan, "text"), MemoryEnv(), AgentConfig(**limits))
+    if trajectory.termination == "submitted":  # as the builder does: only a submitted demo is graded
+        trajectory.grade = memory_grade(task, trajectory.patch)
+    assert not trajectory.resolved and why_rejected(trajectory).startswith(reason)
