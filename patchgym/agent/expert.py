@@ -65,7 +65,9 @@ def plan_demo(task: Task, files: dict[str, str | None], visible_tests: set[str],
     edits: list[tuple[list[Step], list[Step]]] = []  # (views, edits) per hunk, in the order they are applied
     for patch in order:
         edits += _file_steps(task, patch, texts, plan.notes, rng)
-    if rng.random() < 0.5:  # look at every place first, then edit; or view and edit one place at a time
+    # Look at every place first, then edit; or view and edit one place at a time. Only the latter when a file has
+    # several hunks: a view's line numbers are those of the file as the edits before it left it.
+    if all(len(p.hunks) <= 1 for p in patches) and rng.random() < 0.5:
         plan.steps += [s for views, _ in edits for s in views] + [s for _, changes in edits for s in changes]
     else:
         plan.steps += [s for views, changes in edits for s in views + changes]

@@ -86,3 +86,22 @@ def test_qwen3_demos_resolve_with_exact_tokens_and_thinking_apart(qwen3_tokenize
     assert first.action.startswith("<tool_call>" if tool_format == "native" else "<function=") == thinks
     check = check_trajectory(trajectory, tokenizer)
     assert check.ok and check.non_canonical == 0, check.errors
+
+
+def test_hunks_of_one_file_apply_in_any_order_each_viewed_where_it_then_is(tokenizer):
+    before = {"calc.py": "".join(f"line{i}\n" for i in range(1, 41))}
+    after = {"calc.py": before["calc.py"].replace("line5\n", "line5\nnew\nnew\n").replace("line30\n", "LINE30\n")}
+    task = memory_task().model_copy(update={"patch": diff(before, after)})
+    first_edited = set()
+    for seed in range(6):
+        plan, trajectory = play(task, dict(before), seed, tokenizer, AgentConfig())
+        assert trajectory.resolved, seed
+        steps = [s.call.arguments for s in plan.steps[1:-2]]
+        assert [s["command"] for s in steps] == ["view", "str_replace", "view", "str_replace"]
+        text = before["calc.py"]
+        for view, edit in zip(steps[::2], steps[1::2]):
+            line = text[:text.index(edit["old_str"])].count("\n") + 1
+            assert view["view_range"][0] <= line <= view["view_range"][1], (seed, view, line)
+            text = text.replace(edit["old_str"], edit["new_str"])
+        first_edited.add("line5" in steps[1]["old_str"])
+    assert first_edited == {True, False}
