@@ -18,6 +18,7 @@ from patchgym.rollout import RolloutConfig
 from patchgym.rollout.demos import build_demos, why_rejected
 from patchgym.sandbox import SandboxConfig
 from patchgym.train.rft import sft
+from patchgym.viewer.index import TrajectoryIndex
 
 
 # The default prompt describes every tool at length: a third of each demo's tokens, and of the SFT step's time.
@@ -64,6 +65,8 @@ def test_demos_of_a_factory_task_resolve_differ_check_and_train(backend, ci_task
         assert [t.tool_call["name"] for t in demo.turns][:1] == ["search"]
         assert [t.tool_call["name"] for t in demo.turns][-2:] == ["execute_bash", "finish"]
         assert "str_replace" in {t.tool_call["arguments"].get("command") for t in demo.turns}
+    viewed = TrajectoryIndex(out)
+    assert len(viewed.rows()) == 2 and viewed.trajectory(0)["turns"]  # the viewer shows them like any run
     check = check_run(out, tokenizer).summary()
     assert check["ok"] and check["failed"] == 0 and check["non_canonical_segments"] == 0, check
 
