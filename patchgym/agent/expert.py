@@ -160,6 +160,9 @@ def _file_steps(task: Task, patch: FilePatch, texts: dict[str, list[str]], notes
     for number, hunk in order:
         # "@@ -5,2" starts at line 5; an insertion without context ("@@ -5,0") goes after line 5
         at = hunk.old_start - bool(hunk.old) + sum(n for s, n in applied if s < hunk.old_start)
+        if lines[at:at + len(hunk.old)] != hunk.old and hunk.old:  # as git apply does: the nearest exact match
+            found = [i for i in range(len(lines) - len(hunk.old) + 1) if lines[i:i + len(hunk.old)] == hunk.old]
+            at = min(found, key=lambda i: abs(i - at), default=at)
         if lines[at:at + len(hunk.old)] != hunk.old:
             raise Unplayable(f"task {task.instance_id}: its gold patch does not apply: hunk {number} of {path} expects "
                              f"{(hunk.old or [''])[0].rstrip()!r} at line {at + 1}")

@@ -105,3 +105,11 @@ def test_hunks_of_one_file_apply_in_any_order_each_viewed_where_it_then_is(token
             text = text.replace(edit["old_str"], edit["new_str"])
         first_edited.add("line5" in steps[1]["old_str"])
     assert first_edited == {True, False}
+
+
+def test_a_hunk_whose_line_numbers_are_off_applies_where_its_lines_are(tokenizer):
+    shifted = "# a header the patch was not made with\n" * 4 + BUGGY["calc.py"]
+    plan, trajectory = play(memory_task(), {"calc.py": shifted}, 0, tokenizer, AgentConfig())
+    assert trajectory.termination == "submitted"
+    assert "-    return a - b\n+    return a + b\n" in trajectory.patch  # the fix lands, below the header
+    assert plan.steps[1].call.arguments["view_range"][0] <= 5 <= plan.steps[1].call.arguments["view_range"][1]
