@@ -8,6 +8,7 @@ the others were not). Records are appended whole as each demo ends, so a rerun w
 """
 
 import asyncio
+import contextlib
 import json
 import re
 import time
@@ -64,6 +65,8 @@ class DemoBuilder:
         write_atomic(self.out / "run.json", json.dumps({"kind": "demos", "model": self.model, "per_task": per_task,
                                                         "tasks": [t.instance_id for t in tasks]}, indent=2))
         rows = asyncio.run(self._all(tasks, per_task))
+        with contextlib.suppress(OSError):
+            (self.out / "partial").rmdir()  # only when empty: what is left there was cut short
         summary = {"model": self.model, "per_task": per_task, "tasks": len(tasks),
                    "kept": sum(r.kept for r in rows), "played": sum(r.played for r in rows),
                    "tasks_with_a_demo": sum(r.kept > 0 for r in rows), "by_task": [asdict(r) for r in rows]}
