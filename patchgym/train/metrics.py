@@ -73,7 +73,10 @@ class MetricsLog:
         if self.writer is not None:
             self.writer.close()
         if self.wandb is not None:
+            import wandb
+
             self.wandb.finish()
+            wandb.teardown()  # until its service stops, wandb-core may still hold the run's log unwritten
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
