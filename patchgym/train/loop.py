@@ -42,7 +42,8 @@ from patchgym.train.metrics import (MetricsLog, advantage_stats, group_stats, re
 from patchgym.train.schedule import (LoopState, StageSettings, draw_tasks, enter_stage, record_outcomes, stage_of,
                                      stage_settings)
 from patchgym.train.selection import group_of, select_training_batch, to_sample
-from patchgym.train.sft import Demonstrations, DemonstrationError, read_demonstrations, sft_batches
+from patchgym.train.sft import (Demonstrations, DemonstrationError, rank_plans, read_demonstrations,
+                                warm_start_line)
 from patchgym.train.policy import LocalPolicy
 
 __all__ = ["Trainer", "TrainError", "console", "group_of", "select_training_batch", "to_sample"]
@@ -161,10 +162,10 @@ class Trainer:
         the metrics line of iteration 0 (on rank 0; {} on the others)."""
         warm, plans = self.train.warm_start, None
         if self.dist.main:
-            plan = sft_batches(demonstrations.sequences, self.train.sft_batch_size, warm.epochs, self.config.seed)
-            shares = [[shard_sequences(step, 1, self.dist.world) for step in steps] for steps in plan]
-            plans = [[[step[rank] for step in steps] for steps in shares] for rank in range(self.dist.world)]
-        result = self.policy.warm_start(self.dist.scatter(plans), warm.lr or self.train.lr)
+            plans = rank_plans(demonstrations.sequences, self.train.sft_batch_size, warm.epochs, self.config.seed,
+                               self.dist.world)
+        lr = warm.lr or self.train.lr
+        result = self.policy.warm_start(self.dist.scatter(plans), lr)
         state.warm_started = True
         if not self.dist.main:
             return {}
@@ -172,10 +173,7 @@ class Trainer:
                       f"({demonstrations.tokens} tokens) from {demonstrations.source}: sft loss "
                       + " -> ".join(f"{x:.4f}" for x in result.epoch_loss) + f" in {result.seconds:.0f} s",
                       soft_wrap=True)
-        return {"iteration": 0, "warm_start": {
-            "source": demonstrations.source, "epochs": warm.epochs, "trajectories": demonstrations.trajectories,
-            "trajectories_read": demonstrations.read, "tokens": demonstrations.tokens, "sft_loss": result.epoch_loss,
-            "optimizer_steps": result.steps, "lr": warm.lr or self.train.lr, "time_training_s": result.seconds}}
+        return warm_start_line(demonstrations, warm.epochs, lr, result)
 
     def _demonstrations(self, checkpoint: Path | None) -> Demonstrations | None:
         """The warm start's demonstrations, read and checked on rank 0 before any model loads, when the warm start

@@ -16,6 +16,7 @@ from patchgym.agent.trajectory import Trajectory
 from patchgym.agent.trajectory_files import read_trajectories
 from patchgym.errors import UserError
 from patchgym.train.batch import TrainSequence, sequences_from_trajectories
+from patchgym.train.distributed import shard_sequences
 from patchgym.train.update import sft_update
 
 # epochs -> optimizer steps -> the step's sequences (one rank's share of them, under torchrun)
@@ -86,6 +87,14 @@ def sft_batches(sequences: Sequence[TrainSequence], batch_size: int, epochs: int
     return plan
 
 
+def rank_plans(sequences: Sequence[TrainSequence], batch_size: int, epochs: int, seed: int,
+               world: int) -> list[EpochPlan]:
+    """sft_batches split over `world` ranks: one plan per rank, whose step k on every rank together is step k."""
+    plan = sft_batches(sequences, batch_size, epochs, seed)
+    shares = [[shard_sequences(step, 1, world) for step in steps] for steps in plan]
+    return [[[step[rank] for step in steps] for steps in shares] for rank in range(world)]
+
+
 def run_sft(model: torch.nn.Module, optimizer, scheduler, plan: EpochPlan, *, micro_token_budget: int,
             max_grad_norm: float | None, process_group=None, on_step=None) -> SFTResult:
     """One `sft_update` per step of `plan`; under torchrun every rank passes its share of each step (the losses
@@ -105,3 +114,11 @@ def run_sft(model: torch.nn.Module, optimizer, scheduler, plan: EpochPlan, *, mi
         result.epoch_tokens.append(round(tokens))
     result.seconds = time.perf_counter() - began
     return result
+
+
+def warm_start_line(demonstrations: Demonstrations, epochs: int, lr: float, result: SFTResult) -> dict:
+    """The metrics.jsonl line of a warm start: iteration 0, its numbers under `warm_start`."""
+    return {"iteration": 0, "warm_start": {
+        "source": demonstrations.source, "epochs": epochs, "trajectories": demonstrations.trajectories,
+        "trajectories_read": demonstrations.read, "tokens": demonstrations.tokens, "sft_loss": result.epoch_loss,
+        "optimizer_steps": result.steps, "lr": lr, "time_training_s": result.seconds}}

@@ -68,11 +68,11 @@ def killed_at_rollouts(config, agent, *, run_dir, progress):
 
 @pytest.fixture
 def demos(tiny, tmp_path):
-    """A run directory of 4 resolved, token-carrying demonstrations of the two memory tasks."""
+    """A run directory of 2 resolved, token-carrying demonstrations of a memory task."""
     agent = ModelAgent(FixEngine(tiny[1]), AgentConfig(system_prompt=SYSTEM_PROMPT))
     trajectories = RolloutEngine(agent, SandboxConfig(), run_dir=tmp_path / "demos", progress=False,
                                  make_env=lambda pools: MemoryEnv(), grader=memory_grade).run(
-        [memory_task(0), memory_task(1)], samples=2)
+        [memory_task(0)], samples=2)
     assert all(t.resolved and t.sampled_tokens > 0 for t in trajectories)
     return tmp_path / "demos"
 
@@ -83,7 +83,7 @@ def config(tmp_path, demos_path, *extra):
     return load_config(overrides=[
         "inference.model=tiny", f"train.tasks={tasks}", "train.iterations=2", "train.tasks_per_iteration=1",
         "train.samples_per_task=2", "train.lr=0.01", "train.weight_decay=0", "train.keep_checkpoints=5",
-        "train.sft_batch_size=4", f"train.warm_start={{trajectories: {demos_path}, epochs: 3, lr: 0.01}}",
+        "train.sft_batch_size=2", f"train.warm_start={{trajectories: {demos_path}, epochs: 2, lr: 0.01}}",
         "train.loggers=[jsonl]", f"agent.system_prompt='{SYSTEM_PROMPT}'", "agent.max_steps=2", "agent.max_format_errors=1",
         "agent.sampling.max_new_tokens=8", "algorithm.advantage=rloo", *extra])
 
@@ -106,11 +106,11 @@ def test_warm_start_runs_once_lowers_the_loss_and_a_killed_run_neither_repeats_n
     with pytest.raises(Killed):  # killed after the warm start's checkpoint
         Trainer(cfg, run, progress=False, make_rollouts=killed_at_rollouts).run()
     (warm,) = read_metrics(run)
-    assert warm["iteration"] == 0 and warm["warm_start"]["trajectories"] == 4
-    assert warm["warm_start"]["epochs"] == 3 and warm["warm_start"]["optimizer_steps"] == 3  # all 4 in one step
+    assert warm["iteration"] == 0 and warm["warm_start"]["trajectories"] == 2
+    assert warm["warm_start"]["epochs"] == 2 and warm["warm_start"]["optimizer_steps"] == 2  # both in one step
     assert warm["warm_start"]["tokens"] == sum(s.policy_tokens for s in read_demonstrations(demos).sequences)
     losses = warm["warm_start"]["sft_loss"]
-    assert losses[0] > losses[1] > losses[2] > 0, losses
+    assert losses[0] > losses[1] > 0, losses
     (first,) = list_checkpoints(run)
     assert first.name == "iter-0" and read_state(first)["warm_started"] and read_state(first)["iteration"] == 0
     tuned = weights(first)
