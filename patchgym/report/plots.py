@@ -34,6 +34,15 @@ def figure(title: str) -> tuple[Figure, object]:
     return fig, ax
 
 
+def two_panels(title: str) -> tuple[Figure, object, object]:
+    """A figure of two stacked axes sharing the iteration axis."""
+    fig = Figure(figsize=SIZE_IN, dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    top, bottom = fig.subplots(2, 1, sharex=True)
+    fig.suptitle(title)
+    return fig, top, bottom
+
+
 def legend(fig: Figure, ax, title: str | None = None) -> None:
     """The legend below the axes, so it never hides data."""
     fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncols=3, title=title, frameon=False)
@@ -53,10 +62,7 @@ def reward(data: RunData) -> Figure | str:
     rate_its, rates = series(data.metrics, "resolve_rate")
     if not its and not rate_its:
         return "metrics.jsonl has no iteration with reward_mean or resolve_rate yet"
-    fig = Figure(figsize=SIZE_IN, dpi=DPI, layout="constrained")
-    FigureCanvasAgg(fig)
-    top, bottom = fig.subplots(2, 1, sharex=True)
-    fig.suptitle("Reward and resolve rate per training iteration")
+    fig, top, bottom = two_panels("Reward and resolve rate per training iteration")
     top.plot(its, rewards, marker="o", color=BLUE, label="mean reward")
     std_its, stds = series(data.metrics, "reward_std")
     if std_its == its and stds:
@@ -189,10 +195,7 @@ def learning_signal(data: RunData) -> Figure | str:
     lines = [m for m in data.metrics if isinstance(m.get("termination_fractions"), dict) and "iteration" in m]
     if not its and not lines:
         return "metrics.jsonl has no nonzero_advantage_group_fraction or termination_fractions yet"
-    fig = Figure(figsize=SIZE_IN, dpi=DPI, layout="constrained")
-    FigureCanvasAgg(fig)
-    top, bottom = fig.subplots(2, 1, sharex=True)
-    fig.suptitle("What each iteration could learn from, and how its trajectories ended")
+    fig, top, bottom = two_panels("What each iteration could learn from, and how its trajectories ended")
     top.plot(its, [100 * v for v in signal], marker="o", color=PURPLE)
     top.set_ylabel("groups with a non-zero\nadvantage (%)")
     top.set_ylim(-5, 105)
