@@ -15,6 +15,7 @@ rollouts and every rank trains (distributed.py). With cluster.backend=ray the po
 actor (patchgym.train.ray_trainer) behind the same calls as the in-process one (patchgym.train.policy).
 """
 
+import importlib.util
 import logging
 import random
 import time
@@ -284,6 +285,8 @@ class Trainer:
                              "(WORLD_SIZE 1), so train.fsdp has nothing to shard; or use cluster.backend=local")
         if train.fsdp and train.lora is not None and self.dist.world > 1:
             raise TrainError("train.fsdp with train.lora is not supported: shard full fine-tuning only")
+        if "wandb" in train.loggers and importlib.util.find_spec("wandb") is None:
+            raise TrainError("train.loggers names wandb, but wandb is not installed: pip install 'patchgym[wandb]'")
 
     def _prepare_run_dir(self, resume: bool) -> Path | None:
         """The checkpoint to start from (None: from the model spec); refuses to overwrite a run without resume.

@@ -191,8 +191,8 @@ def _tensorboard(directory: Path, purge_step: int):
 
 def _wandb(run_dir: Path, config: dict | None):
     """A Weights & Biases run logging into RUN/wandb/ (WANDB_MODE=offline: nothing leaves the machine; `wandb sync`
-    uploads it later). Its id is kept in RUN/wandb/run-id, so a resumed run continues the same W&B run (whose
-    steps W&B keeps once: an iteration redone after a crash is logged by metrics.jsonl, not again here)."""
+    uploads it later). Its id is kept in RUN/wandb/run-id, so a resumed run continues the same W&B run (an iteration
+    redone after a crash is logged again under its step; metrics.jsonl is the record that holds each one once)."""
     try:
         import wandb
     except ImportError:
