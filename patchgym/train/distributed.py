@@ -14,10 +14,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from patchgym.inference.models import load_model
+from patchgym.inference.models import load_model, load_tokenizer, weights_dir
 from patchgym.train.batch import TrainSequence
 from patchgym.train.checkpoint import load_adapter, save_checkpoint
 from patchgym.train.config import TrainConfig
+from patchgym.train.sharded_load import build_on_meta, load_shards
 from patchgym.train.update import (enable_gradient_checkpointing, is_sharded, maybe_lora, shard_model,
                                    split_mini_batches)
 
@@ -120,14 +121,38 @@ def save_run_checkpoint(place: Distributed, run_dir: Path, iteration: int, model
 
 def prepare_policy(spec: str, device: str, train: TrainConfig, place: Distributed, checkpoint: Path | None):
     """(model, tokenizer) to train: from `checkpoint` (its adapter with LoRA) or the model spec, with gradient
-    checkpointing, LoRA, and FSDP2 shards over the ranks under torchrun with train.fsdp."""
+    checkpointing, LoRA, and FSDP2 shards over the ranks under torchrun with train.fsdp (loaded shard by shard:
+    no rank ever holds the whole model)."""
     source = str(checkpoint / "model") if checkpoint is not None and not train.lora else spec
+    if train.fsdp and place.world > 1:
+        return sharded_model(source, device, train, trainable=True), load_tokenizer(source)
     model, tokenizer = load_model(source, device)
     if train.gradient_checkpointing:
         enable_gradient_checkpointing(model)
     model = maybe_lora(model, train.lora)
-    if train.fsdp and place.world > 1:
-        shard_model(model)
     if checkpoint is not None and train.lora:
         load_adapter(model, checkpoint)
     return model, tokenizer
+
+
+def prepare_reference(spec: str, device: str, train: TrainConfig, place: Distributed, policy: nn.Module) -> nn.Module:
+    """The frozen KL reference, the model of `spec`: with LoRA the `policy` itself (update.py runs its base, adapter
+    disabled); FSDP2 shards like the policy's under torchrun with train.fsdp; else a full copy."""
+    if train.lora is not None:
+        return policy
+    if train.fsdp and place.world > 1:
+        return sharded_model(spec, device, train, trainable=False)
+    return load_model(spec, device)[0].requires_grad_(False)
+
+
+def sharded_model(spec: str, device: str, train: TrainConfig, *, trainable: bool) -> nn.Module:
+    """The model of `spec` built on the meta device, FSDP2-sharded with train's policies over all ranks, then each
+    rank's shards read from its safetensors; `trainable` False: frozen, for the KL reference."""
+    model = build_on_meta(weights_dir(spec))
+    if trainable and train.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
+    if not trainable:
+        model.requires_grad_(False)
+    shard_model(model, param_dtype=train.param_dtype, reduce_dtype=train.reduce_dtype, offload=train.offload)
+    load_shards(model, weights_dir(spec), "cpu" if train.offload == "params" else device, device)
+    return model if trainable else model.eval()
