@@ -43,7 +43,10 @@ def load_shards(model: nn.Module, directory: str | Path, device: str | torch.dev
 
     directory = Path(directory)
     files = _weight_files(directory)
+    sharded = any(hasattr(p, "device_mesh") for p in model.parameters())
     model.to_empty(device=device)
+    if not sharded:  # to_empty gave each parameter its own tensor, tied ones too (FSDP2 holds a tied one once)
+        model.tie_weights()
     with torch.no_grad(), ExitStack() as stack:
         opened = {}
         for name, param in model.named_parameters():  # a tied weight once, under its first name
