@@ -3,11 +3,10 @@ then read into each rank's shard only the rows of the safetensors files it owns.
 
 FSDP2 shards every parameter along dim 0 in torch.chunk's pieces (rank r holds rows [r*c, (r+1)*c) of
 c = ceil(rows / world), the last ranks fewer or none), so a rank's shard is one contiguous slice of the tensor in the
-file, which safetensors reads without touching the rest.
+file, read without touching the rest.
 """
 
 import json
-from contextlib import ExitStack
 from pathlib import Path
 
 import torch
@@ -38,32 +37,59 @@ def load_shards(model: nn.Module, directory: str | Path, device: str | torch.dev
                 buffer_device: str | torch.device | None = None) -> nn.Module:
     """Allocate `model`'s (FSDP2-sharded, meta) parameters on `device` and fill each rank's shard from the
     safetensors of `directory`, in the parameters' dtype; rebuild the non-persistent buffers (rotary inv_freq) on
-    `buffer_device` (default `device`; the compute device when the shards are offloaded to the CPU)."""
-    from safetensors import safe_open
+    `buffer_device` (default `device`; the compute device when the shards are offloaded to the CPU).
 
+    The rows are read with plain file reads straight into the shard (through a buffer of the shard's size only when
+    the file's dtype differs), not through a memory map, whose touched pages would count in the rank's memory."""
     directory = Path(directory)
     files = _weight_files(directory)
     sharded = any(hasattr(p, "device_mesh") for p in model.parameters())
     model.to_empty(device=device)
     if not sharded:  # to_empty gave each parameter its own tensor, tied ones too (FSDP2 holds a tied one once)
         model.tie_weights()
-    with torch.no_grad(), ExitStack() as stack:
-        opened = {}
+    headers: dict[str, tuple[int, dict]] = {}
+    with torch.no_grad():
         for name, param in model.named_parameters():  # a tied weight once, under its first name
             if name not in files:
                 raise ShardedLoadError(f"'{directory}' holds no weight '{name}' (it has e.g. {sorted(files)[:3]})")
-            if files[name] not in opened:
-                opened[files[name]] = stack.enter_context(safe_open(directory / files[name], framework="pt"))
-            source = opened[files[name]].get_slice(name)
-            if tuple(source.get_shape()) != tuple(param.shape):
-                raise ShardedLoadError(f"'{directory}': weight '{name}' is {list(source.get_shape())}, the config "
-                                       f"makes it {list(param.shape)}")
+            path = directory / files[name]
+            if path.name not in headers:
+                headers[path.name] = _read_header(path)
+            data_start, header = headers[path.name]
+            entry = header[name]
+            if tuple(entry["shape"]) != tuple(param.shape):
+                raise ShardedLoadError(f"'{directory}': weight '{name}' is {entry['shape']}, the config makes it "
+                                       f"{list(param.shape)}")
             local = param.to_local() if hasattr(param, "to_local") else param
             if local.shape[0]:
-                start = _shard_start(param)
-                local.copy_(source[start:start + local.shape[0]])
+                _read_rows(path, data_start + entry["data_offsets"][0], SAFETENSORS_DTYPES[entry["dtype"]],
+                           _shard_start(param), local)
     rebuild_buffers(model, device if buffer_device is None else buffer_device)
     return model
+
+
+SAFETENSORS_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16, "F64": torch.float64}
+
+
+def _read_header(path: Path) -> tuple[int, dict]:
+    """(where the tensor data of a safetensors file begins, its header: name -> dtype, shape, data_offsets)."""
+    with open(path, "rb") as f:
+        size = int.from_bytes(f.read(8), "little")
+        return 8 + size, json.loads(f.read(size))
+
+
+def _read_rows(path: Path, offset: int, dtype: torch.dtype, start: int, out: torch.Tensor) -> None:
+    """Rows start .. start + len(out) of the row-major tensor at byte `offset` of `path`, into `out` (on any
+    device, in any dtype)."""
+    row = out[0].numel() * dtype.itemsize
+    target = out if out.dtype == dtype and out.device.type == "cpu" and out.is_contiguous() else \
+        torch.empty(out.shape, dtype=dtype)
+    with open(path, "rb") as f:
+        f.seek(offset + start * row)
+        if f.readinto(memoryview(target.view(torch.uint8).numpy()).cast("B")) != target.numel() * dtype.itemsize:
+            raise ShardedLoadError(f"'{path}' ends before the rows it lists")
+    if target is not out:
+        out.copy_(target)
 
 
 def rebuild_buffers(model: nn.Module, device: str | torch.device) -> None:
@@ -93,8 +119,6 @@ def _shard_start(param) -> int:
 
 def _weight_files(directory: Path) -> dict[str, str]:
     """{weight name: the safetensors file under `directory` holding it}, from the index of a split checkpoint."""
-    from safetensors import safe_open
-
     index = directory / "model.safetensors.index.json"
     if index.is_file():
         return json.loads(index.read_text())["weight_map"]
@@ -102,5 +126,4 @@ def _weight_files(directory: Path) -> dict[str, str]:
     if not single.is_file():
         raise ShardedLoadError(f"model directory '{directory}' has no model.safetensors (nor its index): sharded "
                                "loading reads safetensors only")
-    with safe_open(single, framework="pt") as f:
-        return {name: single.name for name in f.keys()}
+    return {name: single.name for name in _read_header(single)[1] if name != "__metadata__"}

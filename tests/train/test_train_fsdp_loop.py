@@ -44,8 +44,8 @@ def batch(tokenizer) -> list:
     return sequences_from_trajectories(episodes, [1.0, -0.5, 0.3, -1.0, 2.0, 0.0, -0.7])
 
 
-def update(model, sequences, place):
-    optimizer = make_optimizer(model, lr=1e-2, weight_decay=0.1)
+def update(model, sequences, place, optimizer=None):
+    optimizer = make_optimizer(model, lr=1e-2, weight_decay=0.1) if optimizer is None else optimizer
     policy_update(model, optimizer, sequences, ALGO, micro_token_budget=TRAIN.micro_token_budget,
                   mini_batches=TRAIN.mini_batches, process_group=place.group)
     return optimizer
@@ -57,12 +57,15 @@ def worker(rank: int, out: str, port: int) -> None:
     place = Distributed.from_env("cpu")
     try:
         model, tokenizer = prepare_policy("tiny", "cpu", TRAIN, place, None)  # each rank reads only its shards
+        # Made before the first forward pass, as LocalPolicy makes it: made after this no-grad pass, it was seen to
+        # hold parameters that get_optimizer_state_dict at save did not find (KeyError; not yet understood).
+        optimizer = make_optimizer(model, lr=1e-2, weight_decay=0.1)
         ids = torch.tensor([batch(tokenizer)[0].input_ids])
         with torch.no_grad():  # what the full copy computes, exactly
             assert torch.equal(sequence_logprobs(model, ids, torch.ones_like(ids)),
                                sequence_logprobs(load_model("tiny")[0], ids, torch.ones_like(ids)))
         shards = shard_sequences(batch(tokenizer), TRAIN.mini_batches, WORLD) if place.main else None
-        optimizer = update(model, place.scatter(shards), place)
+        update(model, place.scatter(shards), place, optimizer)
         save_run_checkpoint(place, Path(out), 1, model, tokenizer, optimizer, None, state={"iteration": 1}, keep=1)
     finally:
         place.close()
