@@ -29,7 +29,6 @@ from report import print_result  # bench/report.py, beside this script
 
 WORLD = 2
 FLOOR_TARGET, FULL_COPY_TARGET = 1.3, 0.6
-BYTES = {"fp32": 4, "bf16": 2}
 
 
 def main() -> int:
@@ -60,7 +59,8 @@ def main() -> int:
         "ratio_to_floor": round(sharded / floor, 3), "ratio_to_full_copy": round(sharded / full, 3),
         "target_floor": FLOOR_TARGET, "target_full_copy": FULL_COPY_TARGET,
     }
-    result["meets_targets"] = result["ratio_to_floor"] <= FLOOR_TARGET and result["ratio_to_full_copy"] <= FULL_COPY_TARGET
+    result["meets_targets"] = (result["ratio_to_floor"] <= FLOOR_TARGET
+                               and result["ratio_to_full_copy"] <= FULL_COPY_TARGET)
     print_result(result, args.json)
     return 0
 
@@ -117,7 +117,8 @@ def worker(args) -> int:
                       micro_token_budget=train.micro_token_budget, process_group=place.group, ref_model=ref)
     params = sum(p.numel() for p in model.parameters())  # DTensors count their global size
     states = params * (4 + 4 + 8)  # fp32 master shards, their gradients, AdamW's exp_avg and exp_avg_sq
-    figures = {"rank": place.rank, "runtime_rss": runtime_rss, "load_rss": load_rss, "peak_rss": peak_rss(), "activations": saved.bytes,
+    figures = {"rank": place.rank, "runtime_rss": runtime_rss, "load_rss": load_rss, "peak_rss": peak_rss(),
+               "activations": saved.bytes,
                "floor": states / place.world + saved.bytes}
     (Path(args.dir) / f"{args.worker}-{place.rank}.json").write_text(json.dumps(figures))
     place.close()

@@ -128,7 +128,8 @@ def load_training_state(checkpoint: str | Path, optimizer=None, scheduler=None, 
             load_optimizer_state(model, optimizer, saved["optimizer"])
         elif optimizer is not None and (checkpoint / OPTIMIZER_SHARDS).is_dir():
             if model is None:
-                raise ValueError(f"checkpoint '{checkpoint}' holds a sharded optimizer state: loading it needs the model")
+                raise ValueError(f"checkpoint '{checkpoint}' holds a sharded optimizer state: loading it needs the "
+                                 "model")
             load_sharded_optimizer(model, optimizer, checkpoint / OPTIMIZER_SHARDS)
         if scheduler is not None and saved["scheduler"] is not None:
             scheduler.load_state_dict(saved["scheduler"])
