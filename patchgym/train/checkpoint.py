@@ -4,7 +4,9 @@ Layout of one checkpoint:
   model/         save_pretrained + the tokenizer: `AutoModelForCausalLM.from_pretrained(.../model)` loads it
                  (with LoRA: the adapter merged into the base weights)
   adapter/       with LoRA only: the peft adapter, which resuming loads onto the base model
-  optimizer.pt   {"optimizer": ..., "scheduler": ...} state dicts
+  optimizer.pt   {"optimizer": ..., "scheduler": ...} state dicts (a sharded run: "optimizer" None, see below)
+  optimizer/     a sharded (FSDP2) run only: the optimizer state as a torch distributed checkpoint, each rank's
+                 shards written by that rank and read back by it (or resharded to any world size, one process too)
   rng.pt         python, torch (and CUDA) random states
   state.json     the loop state (iteration, task order and cursor, stage, curriculum counts, ...)
 
@@ -25,6 +27,7 @@ import torch
 from patchgym.train.prepare import full_state_dict
 
 CHECKPOINT = re.compile(r"^iter-(\d+)$")
+OPTIMIZER_SHARDS = "optimizer"  # the DCP directory of a sharded run's optimizer state
 
 
 def checkpoints_dir(run_dir: str | Path) -> Path:
@@ -33,20 +36,18 @@ def checkpoints_dir(run_dir: str | Path) -> Path:
 
 def save_checkpoint(run_dir: str | Path, iteration: int, model, tokenizer, optimizer=None, scheduler=None, *,
                     state: dict[str, Any], keep: int = 2, model_state: dict | None = None,
-                    optimizer_state: dict | None = None, rng: dict | None = None) -> Path:
+                    optimizer_state: dict | None = None, rng: dict | None = None, staging: Path | None = None) -> Path:
     """Write RUN/checkpoints/iter-`iteration` atomically, then delete all but the newest `keep` checkpoints.
 
     `model_state` and `optimizer_state`, when given, are written instead of the model's and optimizer's own: the
     gathered states of a sharded (FSDP2) model, so that one process can load the checkpoint. `rng` entries replace
     this process's random states: those another process draws from (a Ray run's driver shuffles the batches, its
-    TrainerWorker, which saves, holds the torch ones)."""
+    TrainerWorker, which saves, holds the torch ones). `staging` is the staging_dir() that the ranks of a sharded run
+    wrote its optimizer/ into, with `optimizer` None."""
     root = checkpoints_dir(run_dir)
-    root.mkdir(parents=True, exist_ok=True)
-    for stale in root.glob(".tmp-*"):  # left by a crash mid-save
-        shutil.rmtree(stale, ignore_errors=True)
-    tmp = root / f".tmp-iter-{iteration}-{os.getpid()}"
+    tmp = staging_dir(run_dir, iteration) if staging is None else staging
     _save_model(model, tokenizer, tmp, model_state)
-    if optimizer_state is None and optimizer is not None:
+    if optimizer_state is None and optimizer is not None and staging is None:
         optimizer_state = optimizer.state_dict()
     torch.save({"optimizer": optimizer_state,
                 "scheduler": scheduler.state_dict() if scheduler is not None else None}, tmp / "optimizer.pt")
@@ -63,6 +64,36 @@ def save_checkpoint(run_dir: str | Path, iteration: int, model, tokenizer, optim
     for old in list_checkpoints(run_dir)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def staging_dir(run_dir: str | Path, iteration: int) -> Path:
+    """A new empty directory where iter-`iteration` is written before its rename; those a crash left are removed."""
+    root = checkpoints_dir(run_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    for stale in root.glob(".tmp-*"):  # left by a crash mid-save
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = root / f".tmp-iter-{iteration}-{os.getpid()}"
+    tmp.mkdir()
+    return tmp
+
+
+def save_sharded_optimizer(model, optimizer, directory: Path) -> None:
+    """Every rank writes its shards of the optimizer state (keyed by parameter name) into `directory` (DCP)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    dcp.save({"optimizer": get_optimizer_state_dict(model, optimizer)}, checkpoint_id=directory)
+
+
+def load_sharded_optimizer(model, optimizer, directory: Path) -> None:
+    """Read into `optimizer` its shards of a DCP optimizer state (any world size saved it; one process reads it
+    whole); no rank gathers more than its own."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+
+    state = {"optimizer": get_optimizer_state_dict(model, optimizer)}  # the shapes and shards to read into
+    dcp.load(state, checkpoint_id=directory)
+    set_optimizer_state_dict(model, optimizer, state["optimizer"])
 
 
 def list_checkpoints(run_dir: str | Path) -> list[Path]:
@@ -89,12 +120,17 @@ def read_state(checkpoint: str | Path) -> dict[str, Any]:
 
 def load_training_state(checkpoint: str | Path, optimizer=None, scheduler=None, model=None) -> dict[str, Any]:
     """Restore optimizer, scheduler and random states from `checkpoint`; return its loop state. An optimizer state
-    saved by a sharded run (keyed by parameter name) needs the `model`."""
+    saved by a sharded run (gathered and keyed by parameter name, or shards in optimizer/) needs the `model`."""
     checkpoint = Path(checkpoint)
     if optimizer is not None or scheduler is not None:  # it can be as large as the model twice over
         saved = torch.load(checkpoint / "optimizer.pt", map_location="cpu", weights_only=False)
         if optimizer is not None and saved["optimizer"] is not None:
             load_optimizer_state(model, optimizer, saved["optimizer"])
+        elif optimizer is not None and (checkpoint / OPTIMIZER_SHARDS).is_dir():
+            if model is None:
+                raise ValueError(f"checkpoint '{checkpoint}' holds a sharded optimizer state: loading it needs the "
+                                 "model")
+            load_sharded_optimizer(model, optimizer, checkpoint / OPTIMIZER_SHARDS)
         if scheduler is not None and saved["scheduler"] is not None:
             scheduler.load_state_dict(saved["scheduler"])
     _set_rng_state(torch.load(checkpoint / "rng.pt", weights_only=False))

@@ -50,6 +50,14 @@ class TrainConfig(BaseModel):
                                                             "about 30% more time")
     fsdp: bool = Field(False, description="under torchrun (WORLD_SIZE > 1): FSDP2-shard the policy over the ranks; "
                                           "false = plain data parallelism, a full copy on each")
+    param_dtype: Literal["fp32", "bf16"] = Field("fp32", description=(
+        "with train.fsdp: the dtype each layer's gathered parameters compute in (FSDP2 MixedPrecisionPolicy); the "
+        "sharded master weights and AdamW states stay fp32"))
+    reduce_dtype: Literal["fp32", "bf16"] = Field("fp32", description=(
+        "with train.fsdp: the dtype gradients are reduce-scattered in (FSDP2 MixedPrecisionPolicy)"))
+    offload: Literal["none", "params", "optimizer"] = Field("none", description=(
+        "with train.fsdp on CUDA: 'params' keeps the shards of parameters and gradients, hence the AdamW states and "
+        "step, in CPU memory (FSDP2 CPUOffloadPolicy); 'optimizer' alone has no FSDP2 equivalent and is refused"))
     lora: dict | None = Field(None, description=(
         "peft LoraConfig keys (e.g. {r: 16, lora_alpha: 32, target_modules: all-linear}); null = full fine-tuning"))
     bf16: bool = Field(False, description="bfloat16 autocast for the update; needs a CUDA inference.device")

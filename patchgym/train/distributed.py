@@ -14,10 +14,12 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from patchgym.inference.models import load_model
+from patchgym.inference.models import load_model, load_tokenizer, weights_dir
 from patchgym.train.batch import TrainSequence
-from patchgym.train.checkpoint import load_adapter, save_checkpoint
+from patchgym.train.checkpoint import (OPTIMIZER_SHARDS, load_adapter, save_checkpoint, save_sharded_optimizer,
+                                       staging_dir)
 from patchgym.train.config import TrainConfig
+from patchgym.train.sharded_load import build_on_meta, load_shards
 from patchgym.train.update import (enable_gradient_checkpointing, is_sharded, maybe_lora, shard_model,
                                    split_mini_batches)
 
@@ -93,26 +95,23 @@ def shard_sequences(sequences: list[TrainSequence], mini_batches: int, world: in
     return shards
 
 
-def full_states(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
-    """(model, optimizer) state dicts of a sharded model, gathered whole on CPU (every rank must call it; only rank 0
-    gets them back). The optimizer's is keyed by parameter name (checkpoint.load_optimizer_state reads it)."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
-
-    return get_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-
-
 def save_run_checkpoint(place: Distributed, run_dir: Path, iteration: int, model: nn.Module, tokenizer, optimizer,
                         scheduler, *, state: dict, keep: int, rng: dict | None = None) -> Path | None:
-    """Rank 0 writes the checkpoint (checkpoint.save_checkpoint, with `rng`); a sharded model's states are gathered
-    first, by every rank, so that one process can load it. Returns its path on rank 0."""
+    """Rank 0 writes the checkpoint (checkpoint.save_checkpoint, with `rng`). A sharded model's weights are gathered
+    on rank 0's CPU first, by every rank, for `from_pretrained`; its optimizer state is not: each rank writes its
+    shards into the checkpoint's optimizer/ (DCP). Returns its path on rank 0."""
     t = time.monotonic()
-    model_state = optimizer_state = None
+    model_state = staging = None
     if is_sharded(model):
-        model_state, optimizer_state = full_states(model, optimizer)
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        model_state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        staging = place.share(staging_dir(run_dir, iteration) if place.main else None)
+        save_sharded_optimizer(model, optimizer, staging / OPTIMIZER_SHARDS)
     path = None
     if place.main:
-        path = save_checkpoint(run_dir, iteration, model, tokenizer, optimizer, scheduler, state=state, keep=keep,
-                               model_state=model_state, optimizer_state=optimizer_state, rng=rng)
+        path = save_checkpoint(run_dir, iteration, model, tokenizer, None if staging else optimizer, scheduler,
+                               state=state, keep=keep, model_state=model_state, rng=rng, staging=staging)
         print(f"checkpoint {path} in {time.monotonic() - t:.1f} s", flush=True)
     place.barrier()
     return path
@@ -120,14 +119,38 @@ def save_run_checkpoint(place: Distributed, run_dir: Path, iteration: int, model
 
 def prepare_policy(spec: str, device: str, train: TrainConfig, place: Distributed, checkpoint: Path | None):
     """(model, tokenizer) to train: from `checkpoint` (its adapter with LoRA) or the model spec, with gradient
-    checkpointing, LoRA, and FSDP2 shards over the ranks under torchrun with train.fsdp."""
+    checkpointing, LoRA, and FSDP2 shards over the ranks under torchrun with train.fsdp (loaded shard by shard:
+    no rank ever holds the whole model)."""
     source = str(checkpoint / "model") if checkpoint is not None and not train.lora else spec
+    if train.fsdp and place.world > 1:
+        return sharded_model(source, device, train, trainable=True), load_tokenizer(source)
     model, tokenizer = load_model(source, device)
     if train.gradient_checkpointing:
         enable_gradient_checkpointing(model)
     model = maybe_lora(model, train.lora)
-    if train.fsdp and place.world > 1:
-        shard_model(model)
     if checkpoint is not None and train.lora:
         load_adapter(model, checkpoint)
     return model, tokenizer
+
+
+def prepare_reference(spec: str, device: str, train: TrainConfig, place: Distributed, policy: nn.Module) -> nn.Module:
+    """The frozen KL reference, the model of `spec`: with LoRA the `policy` itself (update.py runs its base, adapter
+    disabled); FSDP2 shards like the policy's under torchrun with train.fsdp; else a full copy."""
+    if train.lora is not None:
+        return policy
+    if train.fsdp and place.world > 1:
+        return sharded_model(spec, device, train, trainable=False)
+    return load_model(spec, device)[0].requires_grad_(False)
+
+
+def sharded_model(spec: str, device: str, train: TrainConfig, *, trainable: bool) -> nn.Module:
+    """The model of `spec` built on the meta device, FSDP2-sharded with train's policies over all ranks, then each
+    rank's shards read from its safetensors; `trainable` False: frozen, for the KL reference."""
+    model = build_on_meta(weights_dir(spec))
+    if trainable and train.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
+    if not trainable:
+        model.requires_grad_(False)
+    shard_model(model, param_dtype=train.param_dtype, reduce_dtype=train.reduce_dtype, offload=train.offload)
+    load_shards(model, weights_dir(spec), "cpu" if train.offload == "params" else device, device)
+    return model if trainable else model.eval()

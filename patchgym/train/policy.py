@@ -14,12 +14,11 @@ from pathlib import Path
 import torch
 
 from patchgym.config import Config
-from patchgym.inference.models import load_model
 from patchgym.rl.config import AlgorithmConfig
 from patchgym.train.async_rollouts import PolicyVersions
 from patchgym.train.batch import TrainSequence
 from patchgym.train.checkpoint import load_training_state
-from patchgym.train.distributed import Distributed, prepare_policy, save_run_checkpoint
+from patchgym.train.distributed import Distributed, prepare_policy, prepare_reference, save_run_checkpoint
 from patchgym.train.prepare import gathered_weights
 from patchgym.train.sft import EpochPlan, SFTResult, run_sft
 from patchgym.train.update import is_sharded, make_optimizer, make_scheduler, policy_update
@@ -27,7 +26,8 @@ from patchgym.train.update import is_sharded, make_optimizer, make_scheduler, po
 
 class LocalPolicy:
     """The model (a copy separate from the engine's), its optimizer and LR schedule, and the reference model when
-    the algorithm's KL needs one; from `checkpoint`'s weights when given (restore() then loads the rest)."""
+    the algorithm's KL needs one (sharded like the policy; with LoRA the policy's own base); from `checkpoint`'s
+    weights when given (restore() then loads the rest)."""
 
     def __init__(self, config: Config, place: Distributed, checkpoint: Path | None = None):
         train, spec = config.train, config.inference.model
@@ -37,7 +37,7 @@ class LocalPolicy:
         self.scheduler = make_scheduler(self.optimizer, train.warmup_steps, train.iterations * train.mini_batches,
                                         train.lr_schedule)
         kl = config.algorithm.kl_coef > 0
-        self.ref_model = load_model(spec, place.device)[0].requires_grad_(False) if kl else None
+        self.ref_model = prepare_reference(spec, place.device, train, place, self.model) if kl else None
 
     def restore(self, checkpoint: Path) -> dict:
         """Optimizer, scheduler and random states from `checkpoint`; its loop state."""

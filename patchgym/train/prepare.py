@@ -60,16 +60,27 @@ def maybe_lora(model: nn.Module, lora_config: Mapping | None) -> nn.Module:
     return get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", **dict(lora_config)))
 
 
-def shard_model(model: nn.Module, mesh=None) -> nn.Module:
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def shard_model(model: nn.Module, mesh=None, *, param_dtype: str = "fp32", reduce_dtype: str = "fp32",
+                offload: str = "none") -> nn.Module:
     """FSDP2: shard each decoder layer, then the rest, over `mesh` (default: all ranks of the default group).
 
+    `param_dtype` is what a layer's gathered parameters compute in and `reduce_dtype` what its gradients are
+    reduce-scattered in (MixedPrecisionPolicy; the shards themselves keep their dtype, fp32); offload "params" is
+    CPUOffloadPolicy: the shards of parameters and gradients live in CPU memory, so AdamW's states and step do too.
     Gradients are summed over ranks, not averaged (the losses carry global denominators; see update.py).
     """
-    from torch.distributed.fsdp import FSDPModule, fully_shard
+    from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
+    if offload not in ("none", "params"):
+        raise ValueError(f"offload {offload!r} has no FSDP2 policy; known: none, params")
+    policies = {"mp_policy": MixedPrecisionPolicy(param_dtype=DTYPES[param_dtype], reduce_dtype=DTYPES[reduce_dtype]),
+                "offload_policy": CPUOffloadPolicy() if offload == "params" else OffloadPolicy()}
     for layer in model.get_decoder().layers:
-        fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+        fully_shard(layer, mesh=mesh, **policies)
+    fully_shard(model, mesh=mesh, **policies)
     for module in model.modules():
         if isinstance(module, FSDPModule):
             module.set_gradient_divide_factor(1.0)

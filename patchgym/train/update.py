@@ -8,6 +8,7 @@ after the backward passes, because each rank's loss is already its share of the 
 (`shard_model`) reduces its own gradients; it is switched to summing them too.
 """
 
+import contextlib
 import math
 import time
 from collections.abc import Iterator, Sequence
@@ -117,6 +118,7 @@ def accumulate_policy_gradients(
     micro_token_budget: int,
     old_logprobs: Sequence[Tensor] | None = None,
     ref_model: nn.Module | None = None,
+    ref_logprobs: Sequence[Tensor] | None = None,
     process_group=None,
     tally: UpdateTally | None = None,
     packing: bool = True,
@@ -124,10 +126,13 @@ def accumulate_policy_gradients(
     """Add to `.grad` the gradient of one optimizer step's policy loss over `sequences` (this rank's share).
 
     `old_logprobs` (one [len] tensor per sequence) default to the current model's, detached: exact while the
-    weights have not changed since the rollouts, and free. Returns this rank's part of the loss; its metrics are
-    added to `tally`.
+    weights have not changed since the rollouts, and free. `ref_logprobs` (likewise) default to `ref_model`'s,
+    computed here before the first micro-batch. Returns this rank's part of the loss; its metrics are added to
+    `tally`.
     """
     tally = UpdateTally() if tally is None else tally
+    if algo.kl_coef > 0 and ref_logprobs is None:
+        ref_logprobs = _reference_logprobs(ref_model, model, sequences, micro_token_budget, process_group, packing)
     den = step_denominators_of(sequences, process_group, _device(model))
     total = 0.0
     # A row with advantage 0 adds exactly nothing to the clipped policy-gradient loss or its gradient; it still
@@ -154,7 +159,8 @@ def accumulate_policy_gradients(
             loss = loss - algo.entropy_coef * _aggregate(entropy, mask, algo, den, batch["row_tokens"])
         metrics["entropy"] = _masked_sum(entropy.detach(), mask) / max(metrics["tokens"], 1)
         if algo.kl_coef > 0:
-            kl = kl_penalty(logprobs, _reference_logprobs(ref_model, batch), algo.kl_kind)
+            ref = torch.where(mask > 0, _pad_rows([ref_logprobs[i] for i in group], mask), logprobs.detach())
+            kl = kl_penalty(logprobs, ref, algo.kl_kind)
             loss = loss + algo.kl_coef * _aggregate(kl, mask, algo, den, batch["row_tokens"])
             metrics["kl"] = _masked_sum(kl.detach(), mask) / max(metrics["tokens"], 1)
         loss.backward()
@@ -196,13 +202,16 @@ def policy_update(
     only_pg = algo.entropy_coef == 0 and algo.kl_coef == 0  # then zero-advantage rows need no pi_old either
     later = [i for s in slices[1:] for i in s if sequences[i].advantage != 0 or not only_pg]
     old = _old_logprobs(model, sequences, later, micro_token_budget, process_group, packing)
+    ref = None if algo.kl_coef == 0 else _reference_logprobs(ref_model, model, sequences, micro_token_budget,
+                                                             process_group, packing)
     tally = UpdateTally()
     for k, part in enumerate(slices):
         chunk = [sequences[i] for i in part]
         chunk_old = None if k == 0 else [old.get(i) for i in part]  # None: a skipped (A = 0) row
         tally.loss += accumulate_policy_gradients(
-            model, chunk, algo, micro_token_budget=micro_token_budget, old_logprobs=chunk_old, ref_model=ref_model,
-            process_group=process_group, tally=tally, packing=packing)
+            model, chunk, algo, micro_token_budget=micro_token_budget, old_logprobs=chunk_old,
+            ref_logprobs=None if ref is None else [ref[i] for i in part], process_group=process_group, tally=tally,
+            packing=packing)
         tally.grad_norm += _step(model, optimizer, scheduler, max_grad_norm, process_group)
     tally = tally.reduce(process_group, _device(model))
     return {**_token_means(tally, algo), "skipped_zero_advantage": tally.skipped_zero_advantage,
@@ -295,9 +304,16 @@ def _idle_pass(model: nn.Module) -> None:
         (hidden.sum() * 0.0).backward()
 
 
-def _reference_logprobs(ref_model: nn.Module, batch: dict[str, Tensor]) -> Tensor:
-    with torch.no_grad():
-        return batch_logprobs(ref_model, batch)
+def _reference_logprobs(ref_model: nn.Module, model: nn.Module, sequences: Sequence[TrainSequence],
+                        micro_token_budget: int, process_group, packing: bool = True) -> list[Tensor]:
+    """pi_ref's logprobs [len] of every sequence, from no-grad passes before the update. A sharded reference's passes
+    are collectives that every rank joins, so they run here on their own, not between the policy's; `ref_model` the
+    peft policy itself means its base model, adapter disabled (no second copy)."""
+    lora = ref_model is model and hasattr(model, "disable_adapter")
+    with model.disable_adapter() if lora else contextlib.nullcontext():
+        found = _old_logprobs(ref_model, sequences, list(range(len(sequences))), micro_token_budget, process_group,
+                              packing)
+    return [found[i] for i in range(len(sequences))]
 
 
 def _step(model: nn.Module, optimizer, scheduler, max_grad_norm: float | None, process_group) -> float:

@@ -26,6 +26,16 @@ def test_bad_train_values_name_the_key():
         load_config(overrides=["algorithm.advantage=ppo"])
 
 
+def test_fsdp_policies_need_fsdp_and_optimizer_only_offload_is_refused():
+    with pytest.raises(ConfigError, match="train.param_dtype, train.reduce_dtype and train.offload .*train.fsdp"):
+        load_config(overrides=["train.param_dtype=bf16"])
+    with pytest.raises(ConfigError, match="offload: optimizer has no FSDP2 equivalent"):
+        load_config(overrides=["train.fsdp=true", "train.offload=optimizer"])
+    with pytest.raises(ConfigError, match="offload: params needs a CUDA inference.device"):
+        load_config(overrides=["train.fsdp=true", "train.offload=params"])
+    assert load_config(overrides=["train.fsdp=true", "train.param_dtype=bf16"]).train.param_dtype == "bf16"
+
+
 @pytest.mark.parametrize("name", ["grpo++", "nebius-dapo"])
 def test_preset_config_files_hold_the_preset_algorithm(name):
     raw = yaml.safe_load((CONFIGS / f"{name}.yaml").read_text())
