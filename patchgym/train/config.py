@@ -33,6 +33,9 @@ class TrainConfig(BaseModel):
                                                             "about 30% more time")
     fsdp: bool = Field(False, description="under torchrun (WORLD_SIZE > 1): FSDP2-shard the policy over the ranks; "
                                           "false = plain data parallelism, a full copy on each")
+    sequence_parallel: int = Field(1, ge=1, description=(
+        "under torchrun: cut each sequence over this many ranks (Ulysses: all-to-all over attention heads); it must "
+        "divide WORLD_SIZE and the model's attention and key/value heads; the batch is split over the other factor"))
     lora: dict | None = Field(None, description=(
         "peft LoraConfig keys (e.g. {r: 16, lora_alpha: 32, target_modules: all-linear}); null = full fine-tuning"))
     bf16: bool = Field(False, description="bfloat16 autocast for the update; needs a CUDA inference.device")

@@ -21,17 +21,18 @@ def sequence_logprobs(
     positions: Tensor | None = None,
     entropy: bool = False,
     entropy_grad: bool = False,
+    position_ids: Tensor | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """[B, T] fp32: at t, log p(input_ids[t] | input_ids[<t]); 0 at position 0, on padding and outside `positions`.
 
     `positions` ([B, T], nonzero = wanted) limits the work to those tokens (default: every real token).
     With `entropy`, also return the [B, T] entropy of the distribution each of those tokens was drawn from,
-    differentiable only with `entropy_grad`.
+    differentiable only with `entropy_grad`. `position_ids` default to the model's own (0..T-1).
     """
     wanted = (attention_mask if positions is None else positions).bool().clone()
     wanted[:, 0] = False
     rows, cols = wanted.nonzero(as_tuple=True)
-    hidden = final_hidden_states(model, input_ids, attention_mask)
+    hidden = final_hidden_states(model, input_ids, attention_mask, position_ids=position_ids)
     logprobs, entropies = token_logprobs(model.get_output_embeddings(), hidden[rows, cols - 1], input_ids[rows, cols],
                                          entropy=entropy, entropy_grad=entropy_grad)
     scatter = lambda values: torch.zeros(input_ids.shape, dtype=values.dtype,  # noqa: E731
@@ -41,7 +42,8 @@ def sequence_logprobs(
     return scatter(logprobs)
 
 
-def final_hidden_states(model: nn.Module, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+def final_hidden_states(model: nn.Module, input_ids: Tensor, attention_mask: Tensor | None, *,
+                        position_ids: Tensor | None = None) -> Tensor:
     """The decoder's last hidden states [B, T, H], from a forward pass through the whole model.
 
     The pass goes through the model's own forward (so wrappers such as FSDP2 and peft see it) with a single logit
@@ -52,7 +54,8 @@ def final_hidden_states(model: nn.Module, input_ids: Tensor, attention_mask: Ten
         lambda module, args, output: captured.append(output[0] if isinstance(output, tuple) else
                                                      output.last_hidden_state))
     try:
-        model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=1, use_cache=False)
+        model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, logits_to_keep=1,
+              use_cache=False)
     finally:
         hook.remove()
     return captured[-1]

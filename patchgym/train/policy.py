@@ -19,6 +19,7 @@ from patchgym.train.async_rollouts import PolicyVersions
 from patchgym.train.batch import TrainSequence
 from patchgym.train.checkpoint import load_training_state
 from patchgym.train.distributed import Distributed, prepare_policy, save_run_checkpoint
+from patchgym.train.sequence_parallel import enable
 from patchgym.train.update import (full_state_dict, is_sharded, make_optimizer, make_scheduler,
                                    policy_update)
 
@@ -36,6 +37,8 @@ class LocalPolicy:
                                         train.lr_schedule)
         kl = config.algorithm.kl_coef > 0
         self.ref_model = load_model(spec, place.device)[0].requires_grad_(False) if kl else None
+        if self.ref_model is not None and place.sp > 1:
+            enable(self.ref_model, place.sp_group)  # its logprobs are cut over the SP group too
 
     def restore(self, checkpoint: Path) -> dict:
         """Optimizer, scheduler and random states from `checkpoint`; its loop state."""
@@ -47,7 +50,7 @@ class LocalPolicy:
             return policy_update(self.model, self.optimizer, sequences, algo,
                                  micro_token_budget=self.train.micro_token_budget,
                                  mini_batches=self.train.mini_batches, max_grad_norm=self.train.max_grad_norm,
-                                 scheduler=self.scheduler, process_group=self.place.group, ref_model=self.ref_model)
+                                 scheduler=self.scheduler, process_group=self.place.data_group, ref_model=self.ref_model)
 
     def lr(self) -> float:
         return self.scheduler.get_last_lr()[0]

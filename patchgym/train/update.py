@@ -19,9 +19,10 @@ from torch import Tensor, nn
 from patchgym.rl.config import AlgorithmConfig
 from patchgym.rl.losses import Denominators, aggregate_loss, kl_penalty, policy_loss
 from patchgym.train.batch import TrainSequence, collate, pack_micro_batches
-from patchgym.train.logprobs import final_hidden_states, sequence_logprobs
+from patchgym.train.logprobs import final_hidden_states
 from patchgym.train.prepare import (enable_gradient_checkpointing, full_state_dict, make_optimizer, make_scheduler,
                                     maybe_lora, shard_model)
+from patchgym.train.sequence_parallel import gradient_group, sequence_logprobs
 
 __all__ = [  # the model and optimizer helpers of prepare.py are re-exported: one import for a training loop
     "accumulate_policy_gradients", "enable_gradient_checkpointing", "full_state_dict", "make_optimizer",
@@ -292,8 +293,8 @@ def _reference_logprobs(ref_model: nn.Module, batch: dict[str, Tensor]) -> Tenso
 def _step(model: nn.Module, optimizer, scheduler, max_grad_norm: float | None, process_group) -> float:
     """Sum gradients over ranks, clip, step the optimizer and scheduler, clear the gradients; the pre-clip norm."""
     params = [p for p in model.parameters() if p.requires_grad]
-    if process_group is not None and not is_sharded(model):
-        _all_reduce_gradients(params, process_group)
+    if gradient_group(process_group) is not None and not is_sharded(model):
+        _all_reduce_gradients(params, gradient_group(process_group))
     norm = torch.nn.utils.clip_grad_norm_(params, math.inf if max_grad_norm is None else max_grad_norm)
     norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
     optimizer.step()
