@@ -38,10 +38,13 @@ def test_mesh_of_four_ranks_pairs_sp_groups_and_splits_the_batch_over_dp():
         mesh.spread(["a", "b", "c"])
 
 
-def test_sequence_parallel_that_does_not_divide_is_refused_naming_the_numbers(tiny):
+def test_sequence_parallel_that_does_not_divide_is_refused_naming_the_numbers(tiny, monkeypatch):
     with pytest.raises(SequenceParallelError, match=r"sequence_parallel \(3\) must divide the number of processes "
                                                     r"\(4"):
         Mesh(world=4, sp=3)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with pytest.raises(SequenceParallelError, match=r"\(2\) must divide the number of processes \(1,"):
+        Distributed.from_env("cpu", sequence_parallel=2)  # `patchgym train` without torchrun
     with pytest.raises(SequenceParallelError, match=r"\(4\) must divide the model's attention heads \(4\) and "
                                                     r"key/value heads \(2\)"):
         check_heads(tiny[0].config, 4)  # 4 query heads split, 2 kv heads do not

@@ -1,10 +1,14 @@
 """The trainer's multi-process path: rank 0 scatters one batch, two gloo processes update an FSDP2-sharded tiny model
 with gradient checkpointing, and the gathered checkpoint loads in one process with exactly the weights (1e-5) and
-optimizer state of a single-process update on the same batch. Then `torchrun -m patchgym train` end to end."""
+optimizer state of a single-process update on the same batch. Then `torchrun -m patchgym train` end to end, with
+sequence parallelism, killed with -9 and resumed."""
 
 import os
+import signal
 import subprocess
 import sys
+import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -13,6 +17,7 @@ import torch.multiprocessing as mp
 import yaml
 
 from patchgym.rl.config import load_preset
+from patchgym.sandbox.reaper import leftovers, reap
 from patchgym.tasks import write_tasks
 from patchgym.train import synthetic
 from patchgym.train.checkpoint import latest_checkpoint, load_training_state, read_state
@@ -88,7 +93,27 @@ def test_two_fsdp_processes_checkpoint_what_one_process_computes(tiny, tmp_path)
         assert torch.allclose(ours[key]["exp_avg_sq"], theirs[key]["exp_avg_sq"], atol=1e-8)
 
 
-def test_torchrun_trains_one_iteration_on_two_processes(backend, tiny, tiny_task, tmp_path):
+def torchrun(args: list[str], log: Path, run_id: str) -> subprocess.Popen:
+    with open(log, "a") as out:
+        return subprocess.Popen([str(Path(sys.executable).with_name("torchrun")), "--standalone", "--nproc-per-node",
+                                 str(WORLD), "-m", "patchgym", "train", *args], stdout=out, stderr=subprocess.STDOUT,
+                                env={**os.environ, "OMP_NUM_THREADS": "1", "PATCHGYM_RUN_ID": run_id})
+
+
+def kill_9(process: subprocess.Popen) -> None:
+    """SIGKILL torchrun and its workers (each in a session of its own, so not reached through torchrun)."""
+    workers = [int(stat.split()[0]) for stat in (p.read_text() for p in Path("/proc").glob("[0-9]*/stat")
+                                                 if p.exists()) if int(stat.rsplit(")", 1)[1].split()[1]) == process.pid]
+    for pid in workers:
+        os.kill(pid, signal.SIGKILL)
+    process.kill()
+    process.wait()
+
+
+def test_torchrun_trains_sequence_parallel_like_one_rank_and_resumes_after_kill_9(backend, tiny, tiny_task, tmp_path):
+    """Two ranks, FSDP2 over both and each sequence cut in two (sequence_parallel: 2): the trainer's logprobs equal
+    the single-process engine's (rollout_logprob_gap) before and after a weight push, and a run killed with -9
+    after its first checkpoint resumes to its second iteration."""
     if backend != "docker":
         pytest.skip("the torchrun test runs on the docker backend")
     tasks = tmp_path / "tasks.jsonl"
@@ -96,24 +121,36 @@ def test_torchrun_trains_one_iteration_on_two_processes(backend, tiny, tiny_task
     config = tmp_path / "train.yaml"
     config.write_text(yaml.safe_dump({
         "inference": {"model": "tiny"}, "agent": {"max_steps": 2, "sampling": {"max_new_tokens": 8}},
-        "train": {"tasks": str(tasks), "iterations": 1, "tasks_per_iteration": 1, "samples_per_task": 2,
-                  "lr": 0.01, "weight_decay": 0.1, "fsdp": True, "gradient_checkpointing": True},
+        "algorithm": {"entropy_coef": 0.001},  # so that rows of advantage 0 still go through the model
+        "train": {"tasks": str(tasks), "iterations": 2, "tasks_per_iteration": 1, "samples_per_task": 2,
+                  "lr": 0.01, "weight_decay": 0.1, "fsdp": True, "gradient_checkpointing": True,
+                  "sequence_parallel": WORLD},
     }))
-    run = tmp_path / "run"
-    torchrun = Path(sys.executable).with_name("torchrun")
-    done = subprocess.run([str(torchrun), "--standalone", "--nproc-per-node", str(WORLD), "-m", "patchgym", "train",
-                           "-c", str(config), "--out", str(run)], env={**os.environ, "OMP_NUM_THREADS": "1"},
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run, log = tmp_path / "run", tmp_path / "train.log"
+    run_id = f"train-sp-{uuid.uuid4().hex[:8]}"
+    first = torchrun(["-c", str(config), "--out", str(run)], log, run_id)
+    deadline = time.monotonic() + 300
+    while latest_checkpoint(run) is None:
+        assert first.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.05)
+    kill_9(first)
     assert [m["iteration"] for m in read_metrics(run)] == [1]
-    assert read_metrics(run)[0]["trajectories"] == 2
     checkpoint = latest_checkpoint(run)
-    assert read_state(checkpoint)["iteration"] == 1
     from transformers import AutoModelForCausalLM
 
     weights = AutoModelForCausalLM.from_pretrained(checkpoint / "model").state_dict()
     base = tiny[0].state_dict()
-    assert any(not torch.equal(base[k], weights[k]) for k in base if k in weights)  # weight decay moved them
+    assert any(not torch.equal(base[k], weights[k]) for k in base if k in weights)  # the update moved them
+
+    assert torchrun(["--resume", "--out", str(run)], log, run_id).wait(timeout=600) == 0, log.read_text()[-3000:]
+    metrics = read_metrics(run)
+    assert [m["iteration"] for m in metrics] == [1, 2]
+    assert all(m["trajectories"] == 2 for m in metrics)
+    assert all(m["rollout_logprob_gap"] < 1e-5 for m in metrics), [m["rollout_logprob_gap"] for m in metrics]
+    assert read_state(latest_checkpoint(run))["iteration"] == 2
+    reap()  # scratch of the killed run
+    assert leftovers(run_id) == []
 
 
 def gpu_worker(rank: int, out: str, port: int) -> None:
