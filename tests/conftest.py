@@ -58,6 +58,8 @@ HEAVY = {
     "eval/test_eval_model.py": "evaluations through a served model",
     "train/test_train_ddp.py": "torchrun process groups",
     "train/test_train_fsdp_loop.py": "torchrun process groups",
+    "train/test_sequence_parallel.py::test_two_sequence_parallel_processes_compute_what_one_process_computes":
+        "gloo process groups",
     "train/test_train_async.py": "async training runs of a minute",
     "train/test_train_learning.py": "learning curves of a minute each",
     "viewer/test_viewer.py": "headless Chromium",

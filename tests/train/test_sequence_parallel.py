@@ -96,9 +96,9 @@ def worker(rank: int, out: str, port: int) -> None:
                       MASTER_PORT=str(port), OMP_NUM_THREADS="1")
     place = Distributed.from_env("cpu", sequence_parallel=WORLD)
     try:
-        results = {}
+        results, models = {}, {}
         for spec in MODELS:
-            model = enable(load_model(spec)[0].train(), place.sp_group)
+            model = models[spec] = enable(load_model(spec)[0].train(), place.sp_group)
             rows = sequences(model.config.vocab_size)
             found = forward_backward(model, collate(rows, 0))
             for grad in found["grads"].values():
@@ -106,7 +106,9 @@ def worker(rank: int, out: str, port: int) -> None:
             results[spec] = found
             batch, position_ids = packed_row(model.config.vocab_size)
             results[spec + "/packed"] = forward_backward(model, batch, position_ids)["logprobs"]
-        model = shard_model(enable(load_model("tiny")[0].train(), place.sp_group))
+        model = models["tiny"]  # its weights are still the initial ones
+        model.zero_grad(set_to_none=True)
+        shard_model(model)
         results["update"] = update_weights(model, sequences(model.config.vocab_size), place.data_group)
         if place.main:
             torch.save(results, Path(out) / "sp.pt")
@@ -120,8 +122,9 @@ def test_two_sequence_parallel_processes_compute_what_one_process_computes(tmp_p
         port = s.getsockname()[1]
     mp.spawn(worker, args=(str(tmp_path), port), nprocs=WORLD, join=True)
     got = torch.load(tmp_path / "sp.pt")
+    models = {}
     for spec in MODELS:
-        model = load_model(spec)[0].train()
+        model = models[spec] = load_model(spec)[0].train()
         rows = sequences(model.config.vocab_size)
         expected = forward_backward(model, collate(rows, 0))
         for key in ("logprobs", "entropy"):
@@ -133,7 +136,8 @@ def test_two_sequence_parallel_processes_compute_what_one_process_computes(tmp_p
         first = sequence_logprobs(model, batch["input_ids"][:, :9], torch.ones(1, 9, dtype=torch.long))
         second = sequence_logprobs(model, batch["input_ids"][:, 9:], torch.ones(1, 6, dtype=torch.long))
         assert torch.allclose(got[spec + "/packed"], torch.cat([first, second], dim=1).detach(), atol=1e-5), spec
-    model = load_model("tiny")[0].train()
+    model = models["tiny"]
+    model.zero_grad(set_to_none=True)
     expected = update_weights(model, sequences(model.config.vocab_size), None)
     moved = 0
     for name, tensor in expected.items():
