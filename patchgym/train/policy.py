@@ -50,7 +50,8 @@ class LocalPolicy:
             return policy_update(self.model, self.optimizer, sequences, algo,
                                  micro_token_budget=self.train.micro_token_budget,
                                  mini_batches=self.train.mini_batches, max_grad_norm=self.train.max_grad_norm,
-                                 scheduler=self.scheduler, process_group=self.place.data_group, ref_model=self.ref_model)
+                                 scheduler=self.scheduler, process_group=self.place.data_group,
+                                 ref_model=self.ref_model)
 
     def lr(self) -> float:
         return self.scheduler.get_last_lr()[0]

@@ -102,12 +102,23 @@ def torchrun(args: list[str], log: Path, run_id: str) -> subprocess.Popen:
 
 def kill_9(process: subprocess.Popen) -> None:
     """SIGKILL torchrun and its workers (each in a session of its own, so not reached through torchrun)."""
-    workers = [int(stat.split()[0]) for stat in (p.read_text() for p in Path("/proc").glob("[0-9]*/stat")
-                                                 if p.exists()) if int(stat.rsplit(")", 1)[1].split()[1]) == process.pid]
-    for pid in workers:
+    for pid in children_of(process.pid):
         os.kill(pid, signal.SIGKILL)
     process.kill()
     process.wait()
+
+
+def children_of(parent: int) -> list[int]:
+    """The processes whose parent is `parent`: in /proc/PID/stat, the field after the state, past the command."""
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # it ended meanwhile
+            continue
+        if int(fields[1]) == parent:
+            children.append(int(stat.parent.name))
+    return children
 
 
 def test_torchrun_trains_sequence_parallel_like_one_rank_and_resumes_after_kill_9(backend, tiny, tiny_task, tmp_path):
