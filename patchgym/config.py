@@ -83,6 +83,9 @@ class Config(BaseModel):
         if train.offload == "params" and not str(self.inference.device).startswith("cuda"):
             raise ValueError(f"train.offload: params needs a CUDA inference.device, got '{self.inference.device}' "
                              "(on CPU the shards are in host memory already)")
+        if train.warm_start is not None and train.sequence_parallel > 1:
+            raise ValueError("train.warm_start with train.sequence_parallel > 1 is not supported yet (the warm start "
+                             "splits its steps over all ranks, not over the dp groups): run `patchgym sft` first")
         return self
 
 

@@ -59,6 +59,8 @@ HEAVY = {
     "train/test_train_ddp.py": "torchrun process groups",
     "bench/test_gpu_sh.py": "torchrun process groups (bench/gpu.sh --tiny)",
     "train/test_train_fsdp_loop.py": "torchrun process groups",
+    "train/test_sequence_parallel.py::test_two_sequence_parallel_processes_compute_what_one_process_computes":
+        "gloo process groups",
     "train/test_train_async.py": "async training runs of a minute",
     "viewer/test_viewer.py": "headless Chromium",
     "report": "matplotlib renders every plot",

@@ -58,6 +58,9 @@ class TrainConfig(BaseModel):
     offload: Literal["none", "params", "optimizer"] = Field("none", description=(
         "with train.fsdp on CUDA: 'params' keeps the shards of parameters and gradients, hence the AdamW states and "
         "step, in CPU memory (FSDP2 CPUOffloadPolicy); 'optimizer' alone has no FSDP2 equivalent and is refused"))
+    sequence_parallel: int = Field(1, ge=1, description=(
+        "under torchrun: cut each sequence over this many ranks (Ulysses: all-to-all over attention heads); it must "
+        "divide WORLD_SIZE and the model's attention and key/value heads; the batch is split over the other factor"))
     lora: dict | None = Field(None, description=(
         "peft LoraConfig keys (e.g. {r: 16, lora_alpha: 32, target_modules: all-linear}); null = full fine-tuning"))
     bf16: bool = Field(False, description="bfloat16 autocast for the update; needs a CUDA inference.device")

@@ -1,7 +1,9 @@
 """Training on several processes, launched by torchrun (`torchrun --standalone --nproc-per-node N -m patchgym train`):
 rank 0 runs the rollouts (engine and sandboxes), picks the batch and scatters it; every rank holds its part of the
 policy (FSDP2 shards with train.fsdp, else a full copy) and takes the same optimizer steps with global loss
-denominators; rank 0 pushes the gathered weights to the engine and writes metrics and checkpoints.
+denominators; rank 0 pushes the gathered weights to the engine and writes metrics and checkpoints. With
+train.sequence_parallel the ranks form a dp x sp mesh (patchgym.train.sequence_parallel): the batch is split over
+the dp groups and every member of an SP group gets the same sequences.
 """
 
 import os
@@ -19,6 +21,7 @@ from patchgym.train.batch import TrainSequence
 from patchgym.train.checkpoint import (OPTIMIZER_SHARDS, load_adapter, save_checkpoint, save_sharded_optimizer,
                                        staging_dir)
 from patchgym.train.config import TrainConfig
+from patchgym.train.sequence_parallel import Mesh, enable, new_groups
 from patchgym.train.sharded_load import build_on_meta, load_shards
 from patchgym.train.update import (enable_gradient_checkpointing, is_sharded, maybe_lora, shard_model,
                                    split_mini_batches)
@@ -26,18 +29,24 @@ from patchgym.train.update import (enable_gradient_checkpointing, is_sharded, ma
 
 @dataclass
 class Distributed:
-    """This process's place: rank, world size, the process group (None in a single process), its torch device."""
+    """This process's place: rank, world size, the process group (None in a single process), its torch device;
+    with sequence parallelism, its SP group and the dp group that splits the batch (`data_group`: the group of
+    the losses' denominators; the whole group without SP)."""
 
     rank: int = 0
     world: int = 1
     group: Any = None
     device: str = "cpu"
+    sp: int = 1
+    sp_group: Any = None
+    data_group: Any = None
 
     @classmethod
-    def from_env(cls, device: str) -> "Distributed":
+    def from_env(cls, device: str, sequence_parallel: int = 1) -> "Distributed":
         """From torchrun's variables: one process unless WORLD_SIZE > 1; then gloo on CPU, NCCL on CUDA (one GPU
-        per process, cuda:LOCAL_RANK)."""
+        per process, cuda:LOCAL_RANK), and the SP and dp groups of `sequence_parallel` (which must divide it)."""
         world = int(os.environ.get("WORLD_SIZE", "1"))
+        mesh = Mesh(world, sequence_parallel)
         if world == 1:
             return cls(device=device)
         backend = "gloo"
@@ -49,7 +58,15 @@ class Distributed:
             torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
         if not dist.is_initialized():
             dist.init_process_group(backend)
-        return cls(dist.get_rank(), dist.get_world_size(), dist.group.WORLD, device)
+        rank = dist.get_rank()
+        if mesh.sp == 1:
+            return cls(rank, world, dist.group.WORLD, device, data_group=dist.group.WORLD)
+        sp_group, data_group = new_groups(mesh, rank)
+        return cls(rank, world, dist.group.WORLD, device, mesh.sp, sp_group, data_group)
+
+    @property
+    def mesh(self) -> Mesh:
+        return Mesh(self.world, self.sp)
 
     @property
     def main(self) -> bool:
@@ -64,11 +81,12 @@ class Distributed:
         return box[0]
 
     def scatter(self, items: list | None) -> Any:
-        """Item `rank` of rank 0's `items` (one per rank; the other ranks pass None)."""
+        """Item `dp rank` of rank 0's `items` (one per dp group, i.e. per rank without SP; the other ranks pass
+        None): the members of an SP group get the same item."""
         if self.group is None:
             return items[0]
         mine = [None]
-        dist.scatter_object_list(mine, items if self.main else None, src=0, group=self.group)
+        dist.scatter_object_list(mine, self.mesh.spread(items) if self.main else None, src=0, group=self.group)
         return mine[0]
 
     def barrier(self) -> None:
@@ -119,15 +137,20 @@ def save_run_checkpoint(place: Distributed, run_dir: Path, iteration: int, model
 
 def prepare_policy(spec: str, device: str, train: TrainConfig, place: Distributed, checkpoint: Path | None):
     """(model, tokenizer) to train: from `checkpoint` (its adapter with LoRA) or the model spec, with gradient
-    checkpointing, LoRA, and FSDP2 shards over the ranks under torchrun with train.fsdp (loaded shard by shard:
-    no rank ever holds the whole model)."""
+    checkpointing, LoRA, Ulysses attention over its SP group, and FSDP2 shards over all the ranks under torchrun
+    with train.fsdp (loaded shard by shard: no rank ever holds the whole model)."""
     source = str(checkpoint / "model") if checkpoint is not None and not train.lora else spec
-    if train.fsdp and place.world > 1:
-        return sharded_model(source, device, train, trainable=True), load_tokenizer(source)
+    if train.fsdp and place.world > 1 and not train.lora:  # LoRA wraps a whole model first, then shards it
+        model = sharded_model(source, device, train, trainable=True)
+        return (enable(model, place.sp_group) if place.sp > 1 else model), load_tokenizer(source)
     model, tokenizer = load_model(source, device)
     if train.gradient_checkpointing:
         enable_gradient_checkpointing(model)
     model = maybe_lora(model, train.lora)
+    if place.sp > 1:
+        enable(model, place.sp_group)
+    if train.fsdp and place.world > 1:
+        shard_model(model, param_dtype=train.param_dtype, reduce_dtype=train.reduce_dtype, offload=train.offload)
     if checkpoint is not None and train.lora:
         load_adapter(model, checkpoint)
     return model, tokenizer

@@ -26,12 +26,13 @@ def sequence_logprobs(
     positions: Tensor | None = None,
     entropy: bool = False,
     entropy_grad: bool = False,
+    position_ids: Tensor | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """[B, T] fp32: at t, log p(input_ids[t] | input_ids[<t]); 0 at position 0, on padding and outside `positions`.
 
     `positions` ([B, T], nonzero = wanted) limits the work to those tokens (default: every real token).
     With `entropy`, also return the [B, T] entropy of the distribution each of those tokens was drawn from,
-    differentiable only with `entropy_grad`.
+    differentiable only with `entropy_grad`. `position_ids` default to the model's own (0..T-1).
     """
     wanted = (attention_mask if positions is None else positions).bool().clone()
     wanted[:, 0] = False

@@ -71,7 +71,7 @@ class Trainer:
 
     def run(self, resume: bool = False) -> Path:
         """Train until train.iterations; with `resume`, continue the run in `out` from its latest checkpoint."""
-        self.dist = Distributed.from_env(str(self.config.inference.device))
+        self.dist = Distributed.from_env(str(self.config.inference.device), self.train.sequence_parallel)
         self.engine = self.pipeline = self.policy = self.versions = metrics = None
         try:
             self.out = self.dist.share(self.out)  # the default name has the time in it
@@ -125,7 +125,7 @@ class Trainer:
             self._warn_if_nothing_to_learn(n, signal, rollouts.batch)
             random.shuffle(sequences)  # mixes groups across the K mini-batches; the RNG is checkpointed
             shards = [(state.stage, shard) for shard in shard_sequences(sequences, self.train.mini_batches,
-                                                                         self.dist.world)]
+                                                                         self.dist.mesh.dp)]
         state.stage, mine = self.dist.scatter(shards)
 
         t = time.monotonic()

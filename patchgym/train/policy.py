@@ -20,6 +20,7 @@ from patchgym.train.batch import TrainSequence
 from patchgym.train.checkpoint import load_training_state
 from patchgym.train.distributed import Distributed, prepare_policy, prepare_reference, save_run_checkpoint
 from patchgym.train.prepare import gathered_weights
+from patchgym.train.sequence_parallel import enable
 from patchgym.train.sft import EpochPlan, SFTResult, run_sft
 from patchgym.train.update import is_sharded, make_optimizer, make_scheduler, policy_update
 
@@ -38,6 +39,8 @@ class LocalPolicy:
                                         train.lr_schedule)
         kl = config.algorithm.kl_coef > 0
         self.ref_model = prepare_reference(spec, place.device, train, place, self.model) if kl else None
+        if self.ref_model is not None and place.sp > 1:
+            enable(self.ref_model, place.sp_group)  # its logprobs are cut over the SP group too
 
     def restore(self, checkpoint: Path) -> dict:
         """Optimizer, scheduler and random states from `checkpoint`; its loop state."""
@@ -49,8 +52,8 @@ class LocalPolicy:
             return policy_update(self.model, self.optimizer, sequences, algo,
                                  micro_token_budget=self.train.micro_token_budget,
                                  mini_batches=self.train.mini_batches, max_grad_norm=self.train.max_grad_norm,
-                                 scheduler=self.scheduler, process_group=self.place.group, ref_model=self.ref_model,
-                                 packing=self.train.packing)
+                                 scheduler=self.scheduler, process_group=self.place.data_group,
+                                 ref_model=self.ref_model, packing=self.train.packing)
 
     def warm_start(self, plan: EpochPlan, lr: float) -> SFTResult:
         """SFT on `plan` (this rank's share of each step) with an AdamW of its own, so that RL's optimizer and LR

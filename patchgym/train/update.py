@@ -21,9 +21,10 @@ from torch import Tensor, nn
 from patchgym.rl.config import AlgorithmConfig
 from patchgym.rl.losses import Denominators, aggregate_loss, kl_penalty, policy_loss
 from patchgym.train.batch import TrainSequence, collate, collate_packed, pack_micro_batches, pack_sequences
-from patchgym.train.logprobs import batch_logprobs, final_hidden_states, sequence_logprobs
+from patchgym.train.logprobs import batch_logprobs, final_hidden_states
 from patchgym.train.prepare import (enable_gradient_checkpointing, full_state_dict, make_optimizer, make_scheduler,
                                     maybe_lora, shard_model)
+from patchgym.train.sequence_parallel import gradient_group, is_sequence_parallel, sequence_logprobs
 
 __all__ = [  # the model and optimizer helpers of prepare.py are re-exported: one import for a training loop
     "accumulate_policy_gradients", "enable_gradient_checkpointing", "full_state_dict", "make_optimizer",
@@ -148,7 +149,7 @@ def accumulate_policy_gradients(
         ran = True
         group = [work[j] for j in rows]
         mask = batch["loss_mask"]
-        logprobs, entropy = batch_logprobs(model, batch, entropy=True, entropy_grad=algo.entropy_coef > 0)
+        logprobs, entropy = _logprobs(model, batch, entropy=True, entropy_grad=algo.entropy_coef > 0)
         old = logprobs.detach() if old_logprobs is None else _pad_rows([old_logprobs[i] for i in group], mask)
         loss, metrics = policy_loss(
             logprobs, old, batch["advantages"], mask, clip_low=algo.clip_low, clip_high=algo.clip_high,
@@ -237,7 +238,7 @@ def sft_update(
     tally = UpdateTally()
     for _, batch in _micro_batches(model, sequences, micro_token_budget, process_group, packing):
         mask = batch["loss_mask"]
-        logprobs = batch_logprobs(model, batch)
+        logprobs = _logprobs(model, batch)
         loss = aggregate_loss(-logprobs, mask, "token-mean", global_tokens=den.tokens)
         loss.backward()
         tally.loss += float(loss.detach())
@@ -255,10 +256,35 @@ def _old_logprobs(model: nn.Module, sequences: Sequence[TrainSequence], indices:
     old: dict[int, Tensor] = {}
     with torch.no_grad():
         for rows, batch in _micro_batches(model, chosen, micro_token_budget, process_group, packing):
-            logprobs = batch_logprobs(model, batch)
+            logprobs = _logprobs(model, batch)
             for row, j in enumerate(rows):
                 old[indices[j]] = logprobs[row, :len(chosen[j])]
     return old
+
+
+def _logprobs(model: nn.Module, batch: dict[str, Tensor], **options) -> Tensor | tuple[Tensor, Tensor]:
+    """batch_logprobs, or under sequence parallelism its Ulysses counterpart: a packed row is cut over the SP group
+    like any row (its positions restart per sequence, and attention stays within each), then laid out [rows, width]
+    as batch_logprobs lays it out."""
+    if not is_sequence_parallel(model):
+        return batch_logprobs(model, batch, **options)
+    if "packed_ids" not in batch:
+        return sequence_logprobs(model, batch["input_ids"], batch["attention_mask"], positions=batch["loss_mask"],
+                                 **options)
+    mask, lengths, ids = batch["loss_mask"], batch["lengths"], batch["packed_ids"]
+    wanted = mask.bool().clone()
+    wanted[:, 0] = False
+    rows, cols = wanted.nonzero(as_tuple=True)
+    flat = (lengths.cumsum(0) - lengths)[rows] + cols  # where (row, col) sits in the packed row
+    targets = torch.zeros(ids.shape, dtype=mask.dtype, device=ids.device)
+    targets[0, flat] = 1
+    found = sequence_logprobs(model, ids, torch.ones_like(ids), positions=targets,
+                              position_ids=batch["position_ids"], **options)
+
+    def laid_out(values: Tensor) -> Tensor:
+        return torch.zeros(mask.shape, dtype=values.dtype, device=values.device).index_put((rows, cols), values[0, flat])
+
+    return tuple(laid_out(v) for v in found) if isinstance(found, tuple) else laid_out(found)
 
 
 def _aggregate(per_token: Tensor, mask: Tensor, algo: AlgorithmConfig, den: Denominators,
@@ -319,8 +345,8 @@ def _reference_logprobs(ref_model: nn.Module, model: nn.Module, sequences: Seque
 def _step(model: nn.Module, optimizer, scheduler, max_grad_norm: float | None, process_group) -> float:
     """Sum gradients over ranks, clip, step the optimizer and scheduler, clear the gradients; the pre-clip norm."""
     params = [p for p in model.parameters() if p.requires_grad]
-    if process_group is not None and not is_sharded(model):
-        _all_reduce_gradients(params, process_group)
+    if gradient_group(process_group) is not None and not is_sharded(model):
+        _all_reduce_gradients(params, gradient_group(process_group))
     norm = torch.nn.utils.clip_grad_norm_(params, math.inf if max_grad_norm is None else max_grad_norm)
     norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
     optimizer.step()

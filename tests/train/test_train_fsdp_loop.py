@@ -1,7 +1,8 @@
 """The trainer's multi-process path: two gloo processes load only their FSDP2 shards of a tiny model (logprobs exactly
 the full copy's), rank 0 scatters one batch, they update with gradient checkpointing, and the checkpoint (gathered
 weights, sharded optimizer state) loads in one process with exactly the weights (1e-5) and optimizer state of a
-single-process update on the same batch. Then `torchrun -m patchgym train` end to end, killed and resumed."""
+single-process update on the same batch. Then `torchrun -m patchgym train` end to end, killed with -9 and resumed:
+in bf16 on a Qwen3 shape, and with sequence parallelism."""
 
 import contextlib
 import os
@@ -147,6 +148,51 @@ def test_torchrun_bf16_qwen3_trains_resumes_after_kill_9_and_saves_for_from_pret
     assert any(not torch.equal(base[k], weights[k]) for k in base if k in weights)
     reap()
     assert leftovers(env["PATCHGYM_RUN_ID"]) == []
+
+
+def test_torchrun_trains_sequence_parallel_like_one_rank_and_resumes_after_kill_9(backend, tiny, tiny_task, tmp_path):
+    """Two ranks, FSDP2 over both and each sequence cut in two (sequence_parallel: 2): the trainer's logprobs equal
+    the single-process engine's (rollout_logprob_gap) before and after a weight push, and a run killed with -9
+    after its first checkpoint resumes to its second iteration."""
+    if backend != "docker":
+        pytest.skip("the torchrun test runs on the docker backend")
+    tasks = tmp_path / "tasks.jsonl"
+    write_tasks([tiny_task], tasks)
+    config = tmp_path / "train.yaml"
+    config.write_text(yaml.safe_dump({
+        "inference": {"model": "tiny"}, "agent": {"max_steps": 2, "sampling": {"max_new_tokens": 8}},
+        "algorithm": {"entropy_coef": 0.001},  # so that rows of advantage 0 still go through the model
+        "train": {"tasks": str(tasks), "iterations": 2, "tasks_per_iteration": 1, "samples_per_task": 2,
+                  "lr": 0.01, "weight_decay": 0.1, "fsdp": True, "gradient_checkpointing": True,
+                  "sequence_parallel": WORLD},
+    }))
+    run, log = tmp_path / "run", tmp_path / "train.log"
+    run_id = f"train-sp-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PATCHGYM_RUN_ID": run_id}
+    first = torchrun(["-c", str(config), "--out", str(run)], env, log)
+    deadline = time.monotonic() + 300
+    while latest_checkpoint(run) is None:
+        assert first.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.05)
+    kill_tree(first.pid)
+    first.wait()
+    assert [m["iteration"] for m in read_metrics(run)] == [1]
+    checkpoint = latest_checkpoint(run)
+    from transformers import AutoModelForCausalLM
+
+    weights = AutoModelForCausalLM.from_pretrained(checkpoint / "model").state_dict()
+    base = tiny[0].state_dict()
+    assert any(not torch.equal(base[k], weights[k]) for k in base if k in weights)  # the update moved them
+
+    assert torchrun(["--resume", "--out", str(run)], env, log).wait(timeout=600) == 0, log.read_text()[-3000:]
+    metrics = read_metrics(run)
+    assert [m["iteration"] for m in metrics] == [1, 2]
+    assert all(m["trajectories"] == 2 for m in metrics)
+    assert all(m["rollout_logprob_gap"] < 1e-5 for m in metrics), [m["rollout_logprob_gap"] for m in metrics]
+    assert read_state(latest_checkpoint(run))["iteration"] == 2
+    reap()  # scratch of the killed run
+    assert leftovers(run_id) == []
 
 
 def kill_tree(pid: int) -> None:
