@@ -32,6 +32,7 @@ from patchgym.train.prepare import full_state_dict
 from patchgym.train.update import make_optimizer, policy_update
 
 WORLD = 2
+BF16_GAP = 0.1  # bf16 keeps 8 bits of mantissa; measured 0.033-0.038 on the tiny Qwen3 (fp32: < 1e-5)
 ALGO = load_preset("grpo++").model_copy(update={"norm_constant": 64.0})
 TRAIN = TrainConfig(fsdp=True, gradient_checkpointing=True, mini_batches=2, micro_token_budget=200)
 
@@ -104,11 +105,14 @@ def test_two_fsdp_processes_checkpoint_what_one_process_computes(tiny, tmp_path)
         assert torch.allclose(ours[key]["exp_avg_sq"], theirs[key]["exp_avg_sq"], atol=1e-8)
 
 
-def test_torchrun_bf16_qwen3_trains_resumes_after_kill_9_and_saves_for_from_pretrained(backend, tiny, tiny_task,
-                                                                                          tmp_path):
-    """Two ranks, each loading only its shards of a random Qwen3 (and of its KL reference), computing in bf16
-    (gloo all-gathers and reduce-scatters bf16); killed with -9 after iteration 1's checkpoint, the resumed run reads
-    its sharded optimizer state back and trains iteration 2."""
+def test_torchrun_bf16_sequence_parallel_qwen3_trains_resumes_after_kill_9_and_saves_for_from_pretrained(
+        backend, tiny, tiny_task, tmp_path):
+    """`torchrun -m patchgym train` on two ranks: a random Qwen3 (and its KL reference) built on the meta device, each
+    rank loading only its FSDP2 shards, computing in bf16 (gloo all-gathers, reduce-scatters and all-to-alls bf16),
+    each packed sequence cut over both ranks (sequence_parallel: 2) with gradient checkpointing. Killed with -9
+    after iteration 1's checkpoint, the resumed run reads its sharded optimizer state back and trains iteration 2;
+    the checkpoint loads with from_pretrained as fp32 master weights. The trainer's logprobs stay within bf16's
+    rounding of the fp32 engine's (their equality in fp32, to 1e-5, is test_sequence_parallel's two-process test)."""
     if backend != "docker":
         pytest.skip("the torchrun test runs on the docker backend")
     tasks = tmp_path / "tasks.jsonl"
@@ -119,10 +123,11 @@ def test_torchrun_bf16_qwen3_trains_resumes_after_kill_9_and_saves_for_from_pret
         # The random model never resolves: every advantage is 0; entropy and KL terms make every row train.
         "algorithm": {"kl_coef": 0.01, "entropy_coef": 0.001},
         "train": {"tasks": str(tasks), "iterations": 2, "tasks_per_iteration": 1, "samples_per_task": 2,
-                  "lr": 0.01, "weight_decay": 0.1, "fsdp": True, "param_dtype": "bf16", "keep_checkpoints": 1},
+                  "lr": 0.01, "weight_decay": 0.1, "fsdp": True, "param_dtype": "bf16", "keep_checkpoints": 1,
+                  "gradient_checkpointing": True, "sequence_parallel": WORLD},
     }))
     run, log = tmp_path / "run", tmp_path / "train.log"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PATCHGYM_RUN_ID": f"pg-shard-{uuid.uuid4().hex[:8]}"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PATCHGYM_RUN_ID": f"train-sp-{uuid.uuid4().hex[:8]}"}
     first = torchrun(["-c", str(config), "--out", str(run)], env, log)
     deadline = time.monotonic() + 300
     while latest_checkpoint(run) is None:
@@ -133,11 +138,13 @@ def test_torchrun_bf16_qwen3_trains_resumes_after_kill_9_and_saves_for_from_pret
     first.wait()
     assert read_state(latest_checkpoint(run))["iteration"] == 1
 
-
-    assert torchrun(["--resume", "--out", str(run)], env, log).wait(timeout=300) == 0, log.read_text()[-3000:]
+    assert torchrun(["--resume", "--out", str(run)], env, log).wait(timeout=600) == 0, log.read_text()[-3000:]
     assert "after iteration 1 (" in log.read_text()  # resumed from the checkpoint of the killed run
-    assert [m["iteration"] for m in read_metrics(run)] == [1, 2]
-    assert read_metrics(run)[-1]["trajectories"] == 2
+    metrics = read_metrics(run)
+    assert [m["iteration"] for m in metrics] == [1, 2] and all(m["trajectories"] == 2 for m in metrics)
+    gaps = [m["rollout_logprob_gap"] for m in metrics]
+    print(f"bf16 + sp=2: rollout logprob gap per iteration {gaps}")
+    assert all(0 < gap < BF16_GAP for gap in gaps), gaps  # > 0: the trainer computed in bf16, not in fp32
     checkpoint = latest_checkpoint(run)
     assert read_state(checkpoint)["optimizer_steps"] == 2 and (checkpoint / "optimizer").is_dir()
     from transformers import AutoModelForCausalLM
@@ -148,51 +155,6 @@ def test_torchrun_bf16_qwen3_trains_resumes_after_kill_9_and_saves_for_from_pret
     assert any(not torch.equal(base[k], weights[k]) for k in base if k in weights)
     reap()
     assert leftovers(env["PATCHGYM_RUN_ID"]) == []
-
-
-def test_torchrun_trains_sequence_parallel_like_one_rank_and_resumes_after_kill_9(backend, tiny, tiny_task, tmp_path):
-    """Two ranks, FSDP2 over both and each sequence cut in two (sequence_parallel: 2): the trainer's logprobs equal
-    the single-process engine's (rollout_logprob_gap) before and after a weight push, and a run killed with -9
-    after its first checkpoint resumes to its second iteration."""
-    if backend != "docker":
-        pytest.skip("the torchrun test runs on the docker backend")
-    tasks = tmp_path / "tasks.jsonl"
-    write_tasks([tiny_task], tasks)
-    config = tmp_path / "train.yaml"
-    config.write_text(yaml.safe_dump({
-        "inference": {"model": "tiny"}, "agent": {"max_steps": 2, "sampling": {"max_new_tokens": 8}},
-        "algorithm": {"entropy_coef": 0.001},  # so that rows of advantage 0 still go through the model
-        "train": {"tasks": str(tasks), "iterations": 2, "tasks_per_iteration": 1, "samples_per_task": 2,
-                  "lr": 0.01, "weight_decay": 0.1, "fsdp": True, "gradient_checkpointing": True,
-                  "sequence_parallel": WORLD},
-    }))
-    run, log = tmp_path / "run", tmp_path / "train.log"
-    run_id = f"train-sp-{uuid.uuid4().hex[:8]}"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PATCHGYM_RUN_ID": run_id}
-    first = torchrun(["-c", str(config), "--out", str(run)], env, log)
-    deadline = time.monotonic() + 300
-    while latest_checkpoint(run) is None:
-        assert first.poll() is None, log.read_text()[-3000:]
-        assert time.monotonic() < deadline, log.read_text()[-3000:]
-        time.sleep(0.05)
-    kill_tree(first.pid)
-    first.wait()
-    assert [m["iteration"] for m in read_metrics(run)] == [1]
-    checkpoint = latest_checkpoint(run)
-    from transformers import AutoModelForCausalLM
-
-    weights = AutoModelForCausalLM.from_pretrained(checkpoint / "model").state_dict()
-    base = tiny[0].state_dict()
-    assert any(not torch.equal(base[k], weights[k]) for k in base if k in weights)  # the update moved them
-
-    assert torchrun(["--resume", "--out", str(run)], env, log).wait(timeout=600) == 0, log.read_text()[-3000:]
-    metrics = read_metrics(run)
-    assert [m["iteration"] for m in metrics] == [1, 2]
-    assert all(m["trajectories"] == 2 for m in metrics)
-    assert all(m["rollout_logprob_gap"] < 1e-5 for m in metrics), [m["rollout_logprob_gap"] for m in metrics]
-    assert read_state(latest_checkpoint(run))["iteration"] == 2
-    reap()  # scratch of the killed run
-    assert leftovers(run_id) == []
 
 
 def kill_tree(pid: int) -> None:
