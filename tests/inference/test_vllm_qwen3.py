@@ -60,7 +60,10 @@ def server(qwen3_dir):
         yield engine
 
 
-def test_the_vllm_server_renders_the_chat_as_the_token_builder_does(server, qwen3_dir):
+# Both tests take the docker backend, so pytest keeps them together (its session-scoped backend parameter would
+# otherwise split the module in two and start the server twice).
+@pytest.mark.parametrize("backend", ["docker"], indirect=True)
+def test_the_vllm_server_renders_the_chat_as_the_token_builder_does(server, qwen3_dir, backend):
     engine = server
     ours = configure_tokenizer(qwen3_tokenizer(), "qwen3", KWARGS)
     expected = tokens.prompt_ids(ours, CHAT)
@@ -85,13 +88,12 @@ def test_the_vllm_server_renders_the_chat_as_the_token_builder_does(server, qwen
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.parametrize("backend", ["docker"], indirect=True)
 def test_a_train_iteration_with_engine_vllm_plays_in_real_sandboxes(server, qwen3_dir, backend, tiny_task, tmp_path,
                                                                     monkeypatch):
     """inference.engine=vllm through the trainer, on this module's server (the trainer would start its own: the
     same VLLMEngine, from the same inference settings): its episodes run in Docker with native tool calls, every
     token exact and the first prompt the hf engine's, and the trained weights are pushed into the server."""
-    if backend != "docker":
-        pytest.skip("the loop test runs on the docker backend")
     tasks_file = tmp_path / "tasks.jsonl"
     write_tasks([tiny_task], tasks_file)
     config = load_config(overrides=[
