@@ -26,6 +26,7 @@ demo: image
 	$(BIN)/patchgym tasks build --packages isodate,toolz --per-package 3 --out runs/demo-tasks
 	$(BIN)/patchgym eval --tasks runs/demo-tasks/tasks.jsonl --policy oracle --out runs/demo-oracle
 	$(BIN)/patchgym eval --tasks runs/demo-tasks/tasks.jsonl --policy null --out runs/demo-null
+	$(BIN)/patchgym demos --tasks runs/demo-tasks/tasks.jsonl --out runs/demo-demos --per-task 2 -c configs/demo.yaml
 	$(BIN)/patchgym train -c configs/demo.yaml --out runs/demo-train --resume
 	$(BIN)/patchgym report runs/demo-train
 

@@ -473,6 +473,38 @@ def sft(trajectories: list[Path] = typer.Option(..., "--trajectories", help="tra
     _print_run(out, "sft", checkpoint)
 
 
+@app.command()
+def demos(tasks: Path = typer.Option(..., help="tasks JSONL (each with its gold patch)"),
+          out: Path = typer.Option(..., help="output directory; rerunning with it resumes"),
+          per_task: int = typer.Option(2, min=1, help="demos per task (they differ in order, search and wording)"),
+          limit: int | None = typer.Option(None, help="only the first N tasks"),
+          files: list[Path] = ConfigFiles, overrides: list[str] = Overrides) -> None:
+    """Expert demonstrations: play each task's gold patch through the agent's tools in a sandbox, in the configured
+    model's template and tool format, grade them, keep the resolving ones (OUT/trajectories.jsonl, for sft)."""
+    from patchgym.inference.chat_template import configure_tokenizer
+    from patchgym.inference.models import load_tokenizer
+    from patchgym.rollout.demos import build_demos
+    from patchgym.tasks import read_tasks
+
+    config = _config(files, overrides)
+    inference = config.inference
+    tokenizer = configure_tokenizer(load_tokenizer(inference.model), inference.chat_template,
+                                    inference.chat_template_kwargs)
+    summary = build_demos(read_tasks(tasks)[:limit], tokenizer, config.agent, config.sandbox, out,
+                          per_task=per_task, rollout=config.rollout, model=inference.model)
+    table = Table(title=f"demos -> {out / 'trajectories.jsonl'}")
+    for column in ("task", "kept", "played", "seconds", "why not kept"):
+        table.add_column(column)
+    for row in summary["by_task"]:
+        table.add_row(row["task_id"], str(row["kept"]), str(row["played"]), f"{row['seconds']:.1f}",
+                      "; ".join(row["reasons"] + row["notes"])[:300])
+    console.print(table)
+    console.print(f"{summary['kept']} of {summary['played']} demos kept, {summary['tasks_with_a_demo']} of "
+                  f"{summary['tasks']} tasks have one (summary: {out / 'summary.json'})", soft_wrap=True)
+    if not summary["kept"]:
+        raise typer.Exit(1)
+
+
 def _print_run(run: Path, kind: str, checkpoint: Path | None = None) -> None:
     from patchgym.train.checkpoint import latest_checkpoint
 

@@ -1,6 +1,8 @@
-"""Unified diffs as data: reversing a patch (a bug patch's reverse is its fix) exactly as git would write it."""
+"""Unified diffs as data: reversing a patch (a bug patch's reverse is its fix) exactly as git would write it, and
+reading one as files and hunks (parse_patch)."""
 
 import re
+from dataclasses import dataclass
 
 _HUNK = re.compile(r"^@@ -(\d+(?:,(\d+))?) \+(\d+(?:,(\d+))?) @@(.*)$")
 # Header line pairs whose values trade places; --- and +++ also trade their a/ and b/ prefixes.
@@ -89,3 +91,93 @@ def _flip(path: str) -> str:
 
 
 # --- row fields ---------------------------------------------------------------------------------------------------
+
+
+# --- patches as files and hunks -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Hunk:
+    """One hunk: where it starts in the old file (1-based; 0 for an insertion into an empty file), and its old and
+    new lines, each with its newline unless "\\ No newline at end of file" followed it. `before` and `after` count
+    the context lines that lead and trail the change."""
+
+    old_start: int
+    old: list[str]
+    new: list[str]
+    before: int
+    after: int
+
+
+@dataclass(frozen=True)
+class FilePatch:
+    """What a patch does to one file: old_path None for a new file, new_path None for a deleted one."""
+
+    old_path: str | None
+    new_path: str | None
+    hunks: list[Hunk]
+    binary: bool = False
+
+    @property
+    def path(self) -> str:
+        return self.new_path or self.old_path or ""
+
+
+def parse_patch(patch: str) -> list[FilePatch]:
+    """The files of a unified diff (git's or plain), in order; ValueError for text that is no diff."""
+    lines, files, i = patch.split("\n"), [], 0
+    current: dict | None = None
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("diff --git "):
+            current = _new_file(files, line)
+        elif line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
+            if current is None or current["hunks"] or current["seen_names"]:
+                current = _new_file(files, "")
+            current["old_path"], current["new_path"] = _diff_path(line[4:]), _diff_path(lines[i + 1][4:])
+            current["seen_names"] = True
+            i += 1
+        elif hunk := _HUNK.match(line):
+            if current is None:
+                raise ValueError(f"a hunk before any file header: {line[:60]!r}")
+            items, i = _hunk_items(lines, i + 1, _count(hunk.group(2)), _count(hunk.group(4)))
+            current["hunks"].append(_hunk(int(hunk.group(1).split(",")[0]), items))
+            continue
+        elif current is not None and line.startswith(("GIT binary patch", "Binary files ")):
+            current["binary"] = True
+        elif current is not None and line.startswith(("new file mode ", "deleted file mode ", "rename from ")):
+            current["mode"] = line
+        i += 1
+    if not files:
+        raise ValueError("no file header (diff --git, or ---/+++) in the patch")
+    return [FilePatch(f["old_path"], f["new_path"], f["hunks"], f["binary"]) for f in files]
+
+
+def _new_file(files: list[dict], header: str) -> dict:
+    old = new = None
+    if header.startswith("diff --git a/") and " b/" in header:
+        old, new = header.removeprefix("diff --git a/").split(" b/", 1)
+    files.append({"old_path": old, "new_path": new, "hunks": [], "binary": False, "seen_names": False})
+    return files[-1]
+
+
+def _diff_path(name: str) -> str | None:
+    name = name.split("\t", 1)[0].strip()
+    if name == "/dev/null":
+        return None
+    return name[2:] if name.startswith(("a/", "b/")) else name
+
+
+def _hunk(old_start: int, items: list[list[str]]) -> Hunk:
+    old, new, kinds = [], [], []
+    for item in items:
+        kind, text = item[0][:1] or " ", item[0][1:]
+        line = text if len(item) > 1 else text + "\n"  # a "\ No newline" marker follows the line
+        kinds.append(kind)
+        if kind in " -":
+            old.append(line)
+        if kind in " +":
+            new.append(line)
+    before = next((n for n, k in enumerate(kinds) if k != " "), len(kinds))
+    after = next((n for n, k in enumerate(reversed(kinds)) if k != " "), 0)
+    return Hunk(old_start, old, new, before, after)

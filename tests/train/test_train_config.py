@@ -49,7 +49,7 @@ def test_demo_config_is_grpo_plus_plus_on_smollm2_with_short_limits():
     assert demo.algorithm == expected
     assert (demo.inference.model, demo.inference.device) == ("smollm2", "cpu")
     assert (demo.train.iterations, demo.train.tasks_per_iteration, demo.train.samples_per_task) == (3, 2, 4)
-    assert demo.agent.max_steps == 3 and demo.agent.sampling.max_new_tokens == 96
+    assert demo.agent.max_steps == 6 and demo.agent.sampling.max_new_tokens == 320  # room for the expert demos
 
 
 def test_draws_are_seeded_distinct_and_cover_the_pool_each_pass():
