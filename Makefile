@@ -12,7 +12,7 @@ install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
-	$(BIN)/pip install -q -c constraints.txt -e '.[test,lora,vllm]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[test,lora,vllm,wandb]'
 	# vLLM pulls in the PyPI (CUDA) builds of these; they break `import vllm` on the CPU torch and are not needed.
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec triton
 	touch $@

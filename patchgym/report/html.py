@@ -9,7 +9,8 @@ from patchgym.report.plots import DPI, PLOTS, SIZE_IN, RunData
 from patchgym.report.runs import read_json, read_jsonl, read_trajectories, run_kind
 
 # train metrics shown per iteration in the summary table, when present
-TRAIN_COLUMNS = ("iteration", "reward_mean", "resolve_rate", "resolved", "trajectories", "steps_per_trajectory",
+TRAIN_COLUMNS = ("iteration", "reward_mean", "resolve_rate", "resolved", "trajectories",
+                 "nonzero_advantage_group_fraction", "steps_per_trajectory",
                  "sampled_tokens_per_trajectory", "rollout_logprob_gap", "entropy", "grad_norm", "clip_frac_high",
                  "time_iteration_s")
 MAX_ROWS = 40
@@ -26,9 +27,11 @@ img { border: 1px solid #d5d9e0; max-width: 100%; height: auto; }
 
 def load_run(run: Path) -> RunData:
     kind = run_kind(run)
+    lines = read_jsonl(run / "metrics.jsonl") if kind == "train" else []
+    warm = [m["warm_start"] for m in lines if isinstance(m.get("warm_start"), dict)]
     return RunData(run, kind, summary=read_json(run / "summary.json") or {},
-                   metrics=read_jsonl(run / "metrics.jsonl") if kind == "train" else [],
-                   trajectories=read_trajectories(run))
+                   metrics=[m for m in lines if "warm_start" not in m], trajectories=read_trajectories(run),
+                   warm_start=warm[-1] if warm else None)
 
 
 def write_report(run: str | Path) -> Path:
@@ -62,6 +65,8 @@ def summary_html(data: RunData) -> str:
         about.append(["trajectories read", str(len(data.trajectories))])
     if data.kind == "train":
         about.append(["iterations in metrics.jsonl", str(len(data.metrics))])
+        if data.warm_start is not None:
+            about.append(["warm start", warm_start_text(data.warm_start)])
     parts = [_table(["run", ""], about)]
     if data.kind == "train":
         if not data.metrics:
@@ -86,6 +91,13 @@ def summary_html(data: RunData) -> str:
     return "\n".join(parts)
 
 
+def warm_start_text(warm: dict) -> str:
+    """One line on the warm start: what it trained on and how its SFT loss went, epoch by epoch."""
+    losses = " -> ".join(f"{x:.4g}" for x in warm.get("sft_loss") or [])
+    return (f"{warm.get('epochs')} epochs of SFT on {warm.get('trajectories')} demonstrations "
+            f"({warm.get('tokens')} tokens) from {warm.get('source', '?')}; loss per epoch {losses or 'n/a'}")
+
+
 def flatten(record: dict, prefix: str = "") -> dict:
     out = {}
     for key, value in record.items():
@@ -104,7 +116,7 @@ def fmt(key: str, value) -> str:
         return ", ".join(fmt(key, v) for v in value[:20]) + (" ..." if len(value) > 20 else "")
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return str(value)
-    if isinstance(value, float) and any(mark in key for mark in ("pass@", "best@", "rate")):
+    if isinstance(value, float) and any(mark in key for mark in ("pass@", "best@", "rate", "fraction")):
         return f"{100 * value:.1f}%"
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 

@@ -20,8 +20,9 @@ class RunData:
     run: Path
     kind: RunKind
     summary: dict = field(default_factory=dict)
-    metrics: list[dict] = field(default_factory=list)
+    metrics: list[dict] = field(default_factory=list)  # one line per RL iteration
     trajectories: list[dict] = field(default_factory=list)
+    warm_start: dict | None = None  # the warm start's line (iteration 0) of a train run that had one
 
 
 def figure(title: str) -> tuple[Figure, object]:
@@ -181,6 +182,36 @@ def terminations(data: RunData) -> Figure | str:
     return fig
 
 
+def learning_signal(data: RunData) -> Figure | str:
+    if data.kind != "train":
+        return f"only train runs have iterations ({data.kind} runs do not)"
+    its, signal = series(data.metrics, "nonzero_advantage_group_fraction")
+    lines = [m for m in data.metrics if isinstance(m.get("termination_fractions"), dict) and "iteration" in m]
+    if not its and not lines:
+        return "metrics.jsonl has no nonzero_advantage_group_fraction or termination_fractions yet"
+    fig = Figure(figsize=SIZE_IN, dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    top, bottom = fig.subplots(2, 1, sharex=True)
+    fig.suptitle("What each iteration could learn from, and how its trajectories ended")
+    top.plot(its, [100 * v for v in signal], marker="o", color=PURPLE)
+    top.set_ylabel("groups with a non-zero\nadvantage (%)")
+    top.set_ylim(-5, 105)
+    reasons = [r for r in dict.fromkeys(k for m in lines for k in m["termination_fractions"])
+               if any(m["termination_fractions"].get(r) for m in lines)]
+    colors = {"submitted": GREEN, "format_errors": RED, "max_steps": ORANGE, "max_context": BLUE}
+    bottom.stackplot([m["iteration"] for m in lines],
+                     [[100 * float(m["termination_fractions"].get(r) or 0) for m in lines] for r in reasons],
+                     labels=reasons, colors=[colors.get(r, GREY) for r in reasons], alpha=0.85)
+    bottom.set_ylabel("trajectories ending\nin each way (%)")
+    bottom.set_ylim(0, 100)
+    bottom.set_xlabel("iteration")
+    bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
+    for ax in (top, bottom):
+        ax.grid(alpha=0.3)
+    legend(fig, bottom, "termination")
+    return fig
+
+
 def time_split(data: RunData) -> Figure | str:
     if data.kind == "train" and data.metrics:
         return _train_time(data)
@@ -247,6 +278,7 @@ def _no_trajectories(data: RunData) -> str:
 # (file name, heading, plot function), in the report's order
 PLOTS = (
     ("reward.png", "Reward and resolve rate", reward),
+    ("signal.png", "Learning signal and terminations per iteration", learning_signal),
     ("pass_at_k.png", "Pass@k and Best@k", pass_at_k),
     ("steps.png", "Steps per trajectory", steps),
     ("tokens.png", "Thinking and tool-call tokens per step", tokens),

@@ -5,7 +5,21 @@ The RL math itself is the `algorithm:` section (patchgym.rl.config.AlgorithmConf
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+Logger = Literal["jsonl", "tensorboard", "wandb"]
+
+
+class WarmStartConfig(BaseModel):
+    """SFT on demonstrations before the first RL iteration (patchgym.train.sft, run by the Trainer)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    trajectories: str = Field(..., min_length=1, description=(
+        "demonstrations: a trajectory .jsonl/.json file or a run directory (e.g. of `patchgym demos`); only "
+        "resolved trajectories with sampled tokens are trained on"))
+    epochs: int = Field(1, ge=1, description="passes over the demonstrations (train.sft_batch_size per step)")
+    lr: float | None = Field(None, gt=0, description="peak SFT learning rate (AdamW); null = train.lr")
 
 
 class TrainConfig(BaseModel):
@@ -38,4 +52,19 @@ class TrainConfig(BaseModel):
     bf16: bool = Field(False, description="bfloat16 autocast for the update; needs a CUDA inference.device")
     checkpoint_every: int = Field(1, ge=1, description="save a checkpoint every N iterations (and after the last)")
     keep_checkpoints: int = Field(2, ge=1, description="checkpoints kept on disk; older ones are deleted")
-    sft_batch_size: int = Field(64, ge=1, description="sft/rft: trajectories per optimizer step (Nebius RFT: 64)")
+    sft_batch_size: int = Field(64, ge=1, description=(
+        "sft/rft/warm start: trajectories per optimizer step (Nebius RFT: 64)"))
+    warm_start: WarmStartConfig | None = Field(None, description=(
+        "{trajectories: PATH, epochs: E}: SFT on demonstrations before the first RL iteration, checkpointed as "
+        "iter-0; null = start RL from inference.model"))
+    loggers: list[Logger] = Field(["jsonl", "tensorboard"], description=(
+        "where metrics go: jsonl (RUN/metrics.jsonl, always), tensorboard (RUN/tensorboard/), wandb (Weights & "
+        "Biases; WANDB_MODE=offline logs into RUN/wandb/ without a network)"))
+
+    @field_validator("loggers")
+    @classmethod
+    def _jsonl_is_kept(cls, loggers: list[str]) -> list[str]:
+        if "jsonl" not in loggers:
+            raise ValueError("must include jsonl: metrics.jsonl is the run's record, which --resume and "
+                             "`patchgym report` read (add tensorboard or wandb beside it)")
+        return list(dict.fromkeys(loggers))

@@ -1,6 +1,8 @@
 """The RL trainer: one loop, read top to bottom in `Trainer.iteration`:
 sample tasks -> G rollouts each -> grades -> filters and shaping -> advantages -> K optimizer steps -> push the
-weights into the inference engine -> metrics -> checkpoint.
+weights into the inference engine -> metrics -> checkpoint. With train.warm_start, SFT on demonstrations comes
+first (`Trainer.warm_start`): its metrics line is iteration 0 and its checkpoint iter-0, whose state marks it done,
+so a run killed during it starts it over and one killed after it never runs it again.
 
 Run directory: config.yaml, metrics.jsonl, tensorboard/, rollouts/iter-N/trajectories.jsonl (every finished
 rollout, appended as it ends) and checkpoints/iter-N/. Resuming after a crash at any point loses no finished rollout
@@ -13,6 +15,7 @@ rollouts and every rank trains (distributed.py). With cluster.backend=ray the po
 actor (patchgym.train.ray_trainer) behind the same calls as the in-process one (patchgym.train.policy).
 """
 
+import logging
 import random
 import time
 from dataclasses import replace
@@ -22,7 +25,8 @@ import torch
 from rich.console import Console
 
 from patchgym.agent.trajectory import Trajectory
-from patchgym.cluster import make_engine, make_rollouts
+from patchgym.cluster import make_engine
+from patchgym.cluster import make_rollouts as cluster_rollouts
 from patchgym.config import Config, dump_config
 from patchgym.errors import UserError
 from patchgym.rl.shaping import dynamic_sampling, groups_still_needed
@@ -30,17 +34,22 @@ from patchgym.rollout import ModelAgent
 from patchgym.tasks import Task, TaskError, read_tasks
 from patchgym.train.async_rollouts import (PolicyVersions, RolloutBatch, RolloutPipeline, VersionedAgent,
                                            staleness_stats)
-from patchgym.train.checkpoint import latest_checkpoint
+from patchgym.train.checkpoint import latest_checkpoint, read_state
+from patchgym.train.diagnostics import zero_advantage_warning
 from patchgym.train.distributed import Distributed, shard_sequences
-from patchgym.train.metrics import MetricsLog, advantage_stats, reward_stats, rollout_stats, update_metrics
+from patchgym.train.metrics import (MetricsLog, advantage_stats, group_stats, reward_stats, rollout_stats,
+                                    update_metrics)
 from patchgym.train.schedule import (LoopState, StageSettings, draw_tasks, enter_stage, record_outcomes, stage_of,
                                      stage_settings)
 from patchgym.train.selection import group_of, select_training_batch, to_sample
+from patchgym.train.sft import (Demonstrations, DemonstrationError, rank_plans, read_demonstrations,
+                                warm_start_line)
 from patchgym.train.policy import LocalPolicy
 
 __all__ = ["Trainer", "TrainError", "console", "group_of", "select_training_batch", "to_sample"]
 
 console = Console()
+log = logging.getLogger(__name__)
 
 
 class TrainError(UserError, ValueError):
@@ -48,13 +57,16 @@ class TrainError(UserError, ValueError):
 
 
 class Trainer:
-    """Owns the policy being trained (patchgym.train.policy), the engine and the loop state."""
+    """Owns the policy being trained (patchgym.train.policy), the engine and the loop state. `make_rollouts`
+    (config, agent, run_dir=, progress=) builds each iteration's rollout engine: patchgym.cluster's by default."""
 
-    def __init__(self, config: Config, out: str | Path | None = None, *, progress: bool = True):
+    def __init__(self, config: Config, out: str | Path | None = None, *, progress: bool = True,
+                 make_rollouts=cluster_rollouts):
         self.config, self.train, self.algo = config, config.train, config.algorithm
         self.out = Path(out) if out else Path(config.run_dir) / f"train-{time.strftime('%Y%m%d-%H%M%S')}"
-        self.progress = progress
+        self.progress, self.make_rollouts = progress, make_rollouts
         self.staleness = config.rollout.max_staleness
+        self.warned_zero_advantage = False
 
     def run(self, resume: bool = False) -> Path:
         """Train until train.iterations; with `resume`, continue the run in `out` from its latest checkpoint."""
@@ -65,9 +77,20 @@ class Trainer:
             self.tasks = self._read_tasks()
             self._check()
             checkpoint = self._prepare_run_dir(resume)
+            demonstrations = self._demonstrations(checkpoint)
             self.state = state = self._setup(checkpoint)
             if self.dist.main:
-                metrics = MetricsLog(self.out, resume_after=state.iteration)
+                # -1 drops the line of a warm start that was cut before its checkpoint, as it runs again
+                kept = state.iteration if state.iteration or state.warm_started else -1
+                metrics = MetricsLog(self.out, resume_after=kept, loggers=self.train.loggers,
+                                     config=self.config.model_dump(mode="json"))
+            if self.dist.share(demonstrations is not None):
+                record = self.warm_start(state, demonstrations)
+                if metrics is not None:
+                    metrics.write(record)
+                self._checkpoint(state)
+            self.policy.sync(self.engine)
+            if self.dist.main:
                 self.versions = PolicyVersions(state.iteration)
                 self._draws = LoopState(pool=list(state.pool), drawn=state.drawn)  # the stream running ahead
                 self.pipeline = RolloutPipeline(self._produce, self.versions, self.staleness, self.train.iterations)
@@ -97,6 +120,8 @@ class Trainer:
             settings = stage_settings(self.config.agent, self.algo, state.stage)
             rewards, advantages, sequences = select_training_batch(rollouts.batch, settings.algorithm,
                                                                    settings.max_turns, rollouts.filters)
+            signal = group_stats([group_of(x) for x in rollouts.batch if x.scored], advantages)
+            self._warn_if_nothing_to_learn(n, signal, rollouts.batch)
             random.shuffle(sequences)  # mixes groups across the K mini-batches; the RNG is checkpointed
             shards = [(state.stage, shard) for shard in shard_sequences(sequences, self.train.mini_batches,
                                                                          self.dist.world)]
@@ -116,7 +141,7 @@ class Trainer:
         record = {
             "iteration": n, "stage": state.stage, "optimizer_steps": state.optimizer_steps,
             "lr": self.policy.lr(), "rounds": rollouts.rounds, **rollout_stats(rollouts.trajectories),
-            **reward_stats(rewards), **advantage_stats(advantages),
+            **reward_stats(rewards), **advantage_stats(advantages), **signal,
             "trained_trajectories": round(sum(s.weight for s in sequences)),  # step-wise rows weigh 1/steps
             "rollout_tokens_per_s": rollouts.sampled_tokens / max(rollouts.seconds, 1e-9),
             "filters": {**rollouts.filters, **({"curriculum": rollouts.curriculum} if rollouts.curriculum else {})},
@@ -130,6 +155,50 @@ class Trainer:
                       f"staleness <= {record['staleness_max']}), training {training_s:.0f} s, sync {sync_s:.1f} s",
                       soft_wrap=True)
         return record
+
+    def warm_start(self, state: LoopState, demonstrations: Demonstrations | None) -> dict:
+        """SFT on the demonstrations (rank 0 reads them, the other ranks pass None) for train.warm_start.epochs,
+        every rank training on its share of each step as in the update; marks `state` warm-started and returns
+        the metrics line of iteration 0 (on rank 0; {} on the others)."""
+        warm, plans = self.train.warm_start, None
+        if self.dist.main:
+            plans = rank_plans(demonstrations.sequences, self.train.sft_batch_size, warm.epochs, self.config.seed,
+                               self.dist.world)
+        lr = warm.lr or self.train.lr
+        result = self.policy.warm_start(self.dist.scatter(plans), lr)
+        state.warm_started = True
+        if not self.dist.main:
+            return {}
+        console.print(f"warm start: {warm.epochs} epochs on {demonstrations.trajectories} demonstrations "
+                      f"({demonstrations.tokens} tokens) from {demonstrations.source}: sft loss "
+                      + " -> ".join(f"{x:.4f}" for x in result.epoch_loss) + f" in {result.seconds:.0f} s",
+                      soft_wrap=True)
+        return warm_start_line(demonstrations, warm.epochs, lr, result)
+
+    def _demonstrations(self, checkpoint: Path | None) -> Demonstrations | None:
+        """The warm start's demonstrations, read and checked on rank 0 before any model loads, when the warm start
+        is still to run: configured, and not done by the run being resumed (nor is that run past iteration 0)."""
+        demonstrations = error = None
+        if self.dist.main and self.train.warm_start is not None:
+            saved = read_state(checkpoint) if checkpoint is not None else {}
+            if saved.get("iteration", 0) > 0 and not saved.get("warm_started"):
+                console.print(f"train.warm_start: not run, the run being resumed is past iteration "
+                              f"{saved['iteration']} without one", soft_wrap=True)
+            elif not saved.get("warm_started"):
+                try:
+                    demonstrations = read_demonstrations(self.train.warm_start.trajectories)
+                except DemonstrationError as exc:
+                    error = str(exc)
+        error = self.dist.share(error)
+        if error:
+            raise DemonstrationError(error)
+        return demonstrations
+
+    def _warn_if_nothing_to_learn(self, n: int, signal: dict, batch: list[Trajectory]) -> None:
+        """Once per run: every group of iteration n has advantage 0, with the likely cause."""
+        if signal["groups"] and signal["nonzero_advantage_group_fraction"] == 0 and not self.warned_zero_advantage:
+            self.warned_zero_advantage = True
+            log.warning(zero_advantage_warning(n, batch))
 
     def _produce(self, n: int) -> RolloutBatch:
         """Iteration n's rollouts. Synchronous, they draw from the loop state itself (and enter the stage of n);
@@ -147,8 +216,8 @@ class Trainer:
         algo = settings.algorithm
         agent = VersionedAgent(ModelAgent(self.engine, settings.agent, model=self.config.inference.model),
                                self.versions)
-        rollouts = make_rollouts(self.config, agent, run_dir=self.out / "rollouts" / f"iter-{n}",
-                                 progress=self.progress)
+        rollouts = self.make_rollouts(self.config, agent, run_dir=self.out / "rollouts" / f"iter-{n}",
+                                      progress=self.progress)
         want, G = self.train.tasks_per_iteration, self.train.samples_per_task
         everything: list[Trajectory] = []
         kept_groups: dict[str, None] = {}  # insertion-ordered set
@@ -234,8 +303,8 @@ class Trainer:
         return found
 
     def _setup(self, checkpoint: Path | None) -> LoopState:
-        """The policy (here, sharded under torchrun with train.fsdp, or in a Ray actor), (on rank 0) the engine with
-        its weights, and the loop state."""
+        """The policy (here, sharded under torchrun with train.fsdp, or in a Ray actor), (on rank 0) the engine
+        (run() pushes the weights into it, after a warm start), and the loop state."""
         if self.config.cluster.backend == "ray":
             from patchgym.train.ray_trainer import RayPolicy
 
@@ -260,7 +329,6 @@ class Trainer:
                 console.print(f"resuming {self.out} after iteration {state.iteration} ({checkpoint})", soft_wrap=True)
         if self.dist.main and self.engine is None:
             self.engine = make_engine(self.config)
-        self.policy.sync(self.engine)
         return state
 
     def _checkpoint(self, state: LoopState) -> Path | None:

@@ -1,5 +1,6 @@
 """Per-iteration training metrics: one JSON line each in RUN/metrics.jsonl, and the same numbers as TensorBoard
-scalars in RUN/tensorboard/.
+scalars in RUN/tensorboard/ and as a Weights & Biases run (in RUN/wandb/) when train.loggers names them. A warm
+start (train.warm_start) is the line of iteration 0.
 
 A line is appended with one write() on an O_APPEND descriptor and fsync'd, so a crash leaves whole lines. Opening
 the log for a run resumed after iteration N drops lines of later iterations (whose checkpoint was never written, so
@@ -8,24 +9,30 @@ they will be redone): every iteration appears exactly once.
 
 import json
 import math
+import os
+import uuid
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from torch import Tensor
 
 from patchgym.agent.trajectory import Trajectory, reward
+from patchgym.errors import UserError
 from patchgym.files import append_line, write_atomic
+from patchgym.termination import Termination
 from patchgym.train.batch import stepwise_extra_tokens
 
-# Keys of every line (the policy update's own metrics come on top); nested dicts are counts.
+# Keys of every line (the policy update's own metrics come on top); nested dicts are counts (termination_fractions:
+# shares of the trajectories).
 KEYS = (
     "iteration", "stage", "optimizer_steps", "lr", "tasks", "trajectories", "rounds", "reward_mean", "reward_std",
     "reward_before_shaping", "resolve_rate", "resolved", "advantage_mean", "advantage_std", "advantage_min", "advantage_max",
-    "advantage_zero_fraction", "trained_trajectories", "steps_per_trajectory", "sampled_tokens_per_trajectory",
-    "tokens_per_trajectory", "stepwise_extra_tokens", "observations_cut", "thinking_truncated", "rollout_tokens_per_s",
-    "terminations", "grade_outcomes", "filters", "time_rollout_s", "time_grading_s",
+    "advantage_zero_fraction", "groups", "nonzero_advantage_group_fraction", "trained_trajectories",
+    "steps_per_trajectory", "sampled_tokens_per_trajectory", "tokens_per_trajectory", "stepwise_extra_tokens",
+    "observations_cut", "thinking_truncated", "rollout_tokens_per_s", "terminations", "termination_fractions",
+    "grade_outcomes", "filters", "time_rollout_s", "time_grading_s",
     "time_training_s", "time_weight_sync_s", "time_iteration_s", "time_rollout_wait_s", "policy_version_min",
     "staleness_mean", "staleness_max",
 )
@@ -36,25 +43,41 @@ UPDATE_KEYS = ("loss", "clip_frac_low", "clip_frac_high", "clip_frac_dual", "rol
                "grad_norm", "policy_tokens", "train_tokens_per_s")
 
 
-class MetricsLog:
-    """RUN/metrics.jsonl plus TensorBoard; `resume_after` = the last iteration whose results are kept."""
+class LoggerError(UserError, RuntimeError):
+    """A logger named in train.loggers that cannot start (not installed, or no way to reach its service)."""
 
-    def __init__(self, run_dir: str | Path, resume_after: int = 0, tensorboard: bool = True):
-        self.path = Path(run_dir) / "metrics.jsonl"
+
+class MetricsLog:
+    """RUN/metrics.jsonl plus the other `loggers` (train.loggers); `resume_after` = the last iteration whose results
+    are kept (-1: none, not even a warm start's line). `config`, the run's config, goes to W&B with the run."""
+
+    def __init__(self, run_dir: str | Path, resume_after: int = 0,
+                 loggers: Sequence[str] = ("jsonl", "tensorboard"), config: dict | None = None):
+        run_dir = Path(run_dir)
+        self.path = run_dir / "metrics.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         _drop_after(self.path, resume_after)
-        self.writer = _tensorboard(Path(run_dir) / "tensorboard", resume_after + 1) if tensorboard else None
+        self.writer = _tensorboard(run_dir / "tensorboard", resume_after + 1) if "tensorboard" in loggers else None
+        self.wandb = _wandb(run_dir, config) if "wandb" in loggers else None
 
     def write(self, record: dict[str, Any]) -> None:
         append_line(self.path, json.dumps(record))
+        scalars = flatten(record)
         if self.writer is not None:
-            for name, value in flatten(record).items():
+            for name, value in scalars.items():
                 self.writer.add_scalar(name, value, record["iteration"])
             self.writer.flush()
+        if self.wandb is not None:
+            self.wandb.log(scalars, step=record["iteration"])
 
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+        if self.wandb is not None:
+            import wandb
+
+            self.wandb.finish()
+            wandb.teardown()  # until its service stops, wandb-core may still hold the run's log unwritten
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
@@ -91,6 +114,7 @@ def rollout_stats(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
         "observations_cut": sum(x.observation_cut_tokens > 0 for t in scored for x in t.turns),
         "thinking_truncated": sum(bool(x.thought_close_ids) for t in scored for x in t.turns),  # max_thinking_tokens
         "terminations": dict(sorted(Counter(t.termination or "unfinished" for t in trajectories).items())),
+        "termination_fractions": termination_fractions(trajectories),
         # each grading outcome under its own name: a no_tests_ran scored 0 is told apart from a failing test
         "grade_outcomes": dict(sorted(Counter(t.grade.outcome for t in trajectories if t.grade is not None).items())),
         "time_grading_s": sum(t.grade.duration for t in trajectories if t.grade is not None),
@@ -118,6 +142,21 @@ def advantage_stats(advantages: Tensor) -> dict[str, float]:
     return {"advantage_mean": a.mean().item(), "advantage_std": a.std(unbiased=False).item(),
             "advantage_min": a.min().item(), "advantage_max": a.max().item(),
             "advantage_zero_fraction": (a == 0).double().mean().item()}
+
+
+def termination_fractions(trajectories: Sequence[Trajectory]) -> dict[str, float]:
+    """The share of `trajectories` ending in each termination reason (every reason listed, 0 when none did)."""
+    counts = Counter(t.termination or "unfinished" for t in trajectories)
+    reasons = [*get_args(Termination), *sorted(set(counts) - set(get_args(Termination)))]
+    return {reason: counts[reason] / len(trajectories) if trajectories else 0.0 for reason in reasons}
+
+
+def group_stats(groups: Sequence[str], advantages: Tensor) -> dict[str, float]:
+    """How many groups the advantages compare within, and the share of them with a non-zero advantage: the groups
+    the policy can learn from (`groups[i]` is the group of `advantages[i]`)."""
+    moving = {g for g, a in zip(groups, advantages.tolist()) if a != 0.0}
+    count = len(set(groups))
+    return {"groups": count, "nonzero_advantage_group_fraction": len(moving) / count if count else 0.0}
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -150,3 +189,27 @@ def _tensorboard(directory: Path, purge_step: int):
     except ImportError:
         return None
     return SummaryWriter(str(directory), purge_step=purge_step)
+
+
+def _wandb(run_dir: Path, config: dict | None):
+    """A Weights & Biases run logging into RUN/wandb/ (WANDB_MODE=offline: nothing leaves the machine; `wandb sync`
+    uploads it later). Its id is kept in RUN/wandb/run-id, so a resumed run continues the same W&B run (whose
+    steps W&B keeps once: an iteration redone after a crash is logged by metrics.jsonl, not again here)."""
+    try:
+        import wandb
+    except ImportError:
+        raise LoggerError("train.loggers names wandb, but wandb is not installed: pip install 'patchgym[wandb]'") \
+            from None
+    directory = run_dir / "wandb"
+    directory.mkdir(parents=True, exist_ok=True)
+    id_file = directory / "run-id"
+    if not id_file.exists():
+        write_atomic(id_file, uuid.uuid4().hex[:16])
+    try:
+        # console="off": the run's output stays the terminal's (and pytest's), not wrapped by wandb
+        return wandb.init(project=os.environ.get("WANDB_PROJECT", "patchgym"), name=run_dir.resolve().name,
+                          id=id_file.read_text().strip(), resume="allow", dir=str(run_dir), config=config,
+                          settings=wandb.Settings(console="off"))
+    except (wandb.errors.Error, OSError) as exc:
+        raise LoggerError(f"train.loggers: wandb could not start ({exc}); WANDB_MODE=offline logs into "
+                          f"{directory} without a network (`wandb sync` uploads it later)") from None

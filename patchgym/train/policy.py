@@ -1,5 +1,6 @@
 """The policy being trained, behind the few calls the Trainer makes: build it (from the model spec or a checkpoint),
-restore its optimizer state, take K optimizer steps, push its weights into the engine, and save a checkpoint.
+restore its optimizer state, warm-start it with SFT, take K optimizer steps, push its weights into the engine, and
+save a checkpoint.
 
 `LocalPolicy` trains in this process (under torchrun every rank holds one: a full copy, or its FSDP2 shards with
 train.fsdp). With cluster.backend=ray the Trainer holds a `patchgym.train.ray_trainer.RayPolicy` instead, the same
@@ -19,6 +20,7 @@ from patchgym.train.async_rollouts import PolicyVersions
 from patchgym.train.batch import TrainSequence
 from patchgym.train.checkpoint import load_training_state
 from patchgym.train.distributed import Distributed, prepare_policy, save_run_checkpoint
+from patchgym.train.sft import EpochPlan, SFTResult, run_sft
 from patchgym.train.update import (full_state_dict, is_sharded, make_optimizer, make_scheduler,
                                    policy_update)
 
@@ -48,6 +50,16 @@ class LocalPolicy:
                                  micro_token_budget=self.train.micro_token_budget,
                                  mini_batches=self.train.mini_batches, max_grad_norm=self.train.max_grad_norm,
                                  scheduler=self.scheduler, process_group=self.place.group, ref_model=self.ref_model)
+
+    def warm_start(self, plan: EpochPlan, lr: float) -> SFTResult:
+        """SFT on `plan` (this rank's share of each step) with an AdamW of its own, so that RL's optimizer and LR
+        schedule start fresh after it."""
+        train = self.train
+        optimizer = make_optimizer(self.model, lr, train.weight_decay, train.betas)
+        scheduler = make_scheduler(optimizer, train.warmup_steps, sum(len(steps) for steps in plan), train.lr_schedule)
+        with self._autocast():
+            return run_sft(self.model, optimizer, scheduler, plan, micro_token_budget=train.micro_token_budget,
+                           max_grad_norm=train.max_grad_norm, process_group=self.place.group)
 
     def lr(self) -> float:
         return self.scheduler.get_last_lr()[0]

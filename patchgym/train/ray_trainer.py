@@ -28,6 +28,7 @@ from patchgym.train.checkpoint import load_training_state
 from patchgym.train.distributed import Distributed
 from patchgym.train.policy import LocalPolicy
 from patchgym.train.prepare import full_state_dict
+from patchgym.train.sft import EpochPlan, SFTResult
 
 
 class TrainerWorker(LocalPolicy):
@@ -82,6 +83,9 @@ class RayPolicy:
 
     def update(self, sequences: list[TrainSequence], algo: AlgorithmConfig) -> dict[str, float]:
         return ray.get(self.worker.update.remote(sequences, algo))
+
+    def warm_start(self, plan: EpochPlan, lr: float) -> SFTResult:
+        return ray.get(self.worker.warm_start.remote(plan, lr))
 
     def lr(self) -> float:
         return ray.get(self.worker.lr.remote())

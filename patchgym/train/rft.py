@@ -1,11 +1,11 @@
 """Rejection fine-tuning (the Nebius first stage): run the policy N times per task, keep the trajectories whose patch
 resolves, and fine-tune on them for one epoch, with observation tokens and format-error turns masked (`sft`).
 
-`sft` takes any trajectories (`patchgym sft --trajectories FILE`); the result is a checkpoint in the trainer's
-layout, RUN/checkpoints/iter-1/model, which `--model` / `inference.model` accept as a model directory.
+`sft` takes any trajectories (`patchgym sft --trajectories FILE`) and runs patchgym.train.sft's loop, as the
+trainer's warm start does; the result is a checkpoint in the trainer's layout, RUN/checkpoints/iter-1/model, which
+`--model` / `inference.model` accept as a model directory.
 """
 
-import random
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -15,11 +15,11 @@ from patchgym.inference.factory import make_engine
 from patchgym.inference.models import load_model
 from patchgym.rollout import ModelAgent, RolloutEngine
 from patchgym.tasks import Task
-from patchgym.train.batch import sequences_from_trajectories
 from patchgym.train.checkpoint import save_checkpoint
 from patchgym.train.loop import TrainError, console
 from patchgym.train.metrics import MetricsLog
-from patchgym.train.update import enable_gradient_checkpointing, make_optimizer, make_scheduler, maybe_lora, sft_update
+from patchgym.train.sft import run_sft, sft_batches, sft_sequences
+from patchgym.train.update import enable_gradient_checkpointing, make_optimizer, make_scheduler, maybe_lora
 
 
 def rft(config: Config, tasks: list[Task], runs: int, out: str | Path, *, progress: bool = True) -> Path:
@@ -47,29 +47,30 @@ def sft(config: Config, trajectories: Sequence[Trajectory], out: str | Path) -> 
     """One epoch of SFT on `trajectories` (train.sft_batch_size per optimizer step); returns the checkpoint."""
     train, out = config.train, Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    usable = [t for t in trajectories if t.termination != "infra_error"]
-    sequences = sequences_from_trajectories(usable, [1.0] * len(usable), mask_format_errors=True)
+    sequences = sft_sequences(trajectories)
     if not sequences:
         raise TrainError(f"sft: none of the {len(trajectories)} trajectories has a sampled token to learn from: "
                          "format-error turns are masked, and scripted policies record no tokens")
-    random.Random(config.seed).shuffle(sequences)
-    batches = [sequences[i:i + train.sft_batch_size] for i in range(0, len(sequences), train.sft_batch_size)]
+    plan = sft_batches(sequences, train.sft_batch_size, 1, config.seed)
     model, tokenizer = load_model(config.inference.model, config.inference.device)
     if train.gradient_checkpointing:
         enable_gradient_checkpointing(model)
     model = maybe_lora(model, train.lora)
     optimizer = make_optimizer(model, train.lr, train.weight_decay, train.betas)
-    scheduler = make_scheduler(optimizer, train.warmup_steps, len(batches), train.lr_schedule)
-    metrics = MetricsLog(out)
+    scheduler = make_scheduler(optimizer, train.warmup_steps, len(plan[0]), train.lr_schedule)
+    metrics = MetricsLog(out, loggers=train.loggers, config=config.model_dump(mode="json"))
+
+    def log_step(epoch: int, step: int, update: dict) -> None:
+        batch = plan[epoch][step]
+        metrics.write({"iteration": step + 1, "sequences": len(batch), "loss": update["loss"],
+                       "grad_norm": update["grad_norm"], "policy_tokens": update["tokens"],
+                       "lr": scheduler.get_last_lr()[0], "time_training_s": update["seconds"]})
+        console.print(f"sft step {step + 1}/{len(plan[0])}: loss {update['loss']:.4f} on {len(batch)} trajectories")
+
     try:
-        for step, batch in enumerate(batches, 1):
-            update = sft_update(model, optimizer, batch, micro_token_budget=train.micro_token_budget,
-                                max_grad_norm=train.max_grad_norm, scheduler=scheduler)
-            metrics.write({"iteration": step, "sequences": len(batch), "loss": update["loss"],
-                           "grad_norm": update["grad_norm"], "policy_tokens": update["tokens"],
-                           "lr": scheduler.get_last_lr()[0], "time_training_s": update["seconds"]})
-            console.print(f"sft step {step}/{len(batches)}: loss {update['loss']:.4f} on {len(batch)} trajectories")
+        run_sft(model, optimizer, scheduler, plan, micro_token_budget=train.micro_token_budget,
+                max_grad_norm=train.max_grad_norm, on_step=log_step)
     finally:
         metrics.close()
     return save_checkpoint(out, 1, model, tokenizer, optimizer, scheduler, keep=train.keep_checkpoints,
-                           state={"kind": "sft", "trajectories": len(sequences), "optimizer_steps": len(batches)})
+                           state={"kind": "sft", "trajectories": len(sequences), "optimizer_steps": len(plan[0])})

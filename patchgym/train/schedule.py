@@ -24,6 +24,7 @@ class LoopState:
     pool: list[str] = field(default_factory=list)  # task ids this stage draws from
     drawn: int = 0  # positions of the pool's task stream used so far
     solve_counts: dict[str, list[int]] = field(default_factory=dict)  # task -> [resolved, attempts], all iterations
+    warm_started: bool = False  # train.warm_start has run (its checkpoint is iter-0); never again on resume
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

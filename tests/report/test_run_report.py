@@ -54,7 +54,8 @@ def eval_run(tmp_path: Path) -> Path:
 @pytest.fixture
 def train_run(tmp_path: Path) -> Path:
     run = tmp_path / "train"
-    lines = []
+    lines = [{"iteration": 0, "warm_start": {"source": "runs/demos", "epochs": 2, "trajectories": 6, "tokens": 900,
+                                             "sft_loss": [1.25, 0.5]}}]
     for n in range(1, 5):
         write_lines(run / "rollouts" / f"iter-{n}" / "trajectories.jsonl",
                     [trajectory("alpha-1", g, g < n // 2, "submitted" if g < n // 2 else "max_steps", 2 + g)
@@ -62,8 +63,10 @@ def train_run(tmp_path: Path) -> Path:
         lines.append({"iteration": n, "reward_mean": 0.1 * n, "reward_std": 0.05, "resolve_rate": 0.1 * n,
                       "resolved": n // 2, "trajectories": 4, "rollout_logprob_gap": 0.02 / n, "entropy": 1.5,
                       "terminations": {"submitted": n // 2, "max_steps": 4 - n // 2}, "time_rollout_s": 30.0 + n,
+                      "nonzero_advantage_group_fraction": 1.0 if 0 < n // 2 < 4 else 0.0,
+                      "termination_fractions": {"submitted": n // 2 / 4, "max_steps": 1 - n // 2 / 4, "timeout": 0.0},
                       "time_grading_s": 8.0, "time_training_s": 12.0, "time_weight_sync_s": 1.5})
-    lines[2].pop("rollout_logprob_gap")  # a line without a key the report uses
+    lines[3].pop("rollout_logprob_gap")  # a line without a key the report uses
     (run / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines) + '{"iteration": 5, "rew')
     return run
 
@@ -110,10 +113,14 @@ def test_eval_report_has_pass_at_k_steps_tokens_terminations_and_time(eval_run):
 
 def test_train_report_has_curves_per_iteration_and_skips_pass_at_k(train_run):
     page = report(train_run)
-    check_pngs(train_run, page, {"reward.png", "steps.png", "tokens.png", "terminations.png", "time.png",
-                                 "logprob_gap.png"})
+    check_pngs(train_run, page, {"reward.png", "signal.png", "steps.png", "tokens.png", "terminations.png",
+                                 "time.png", "logprob_gap.png"})
     assert "Skipped: train runs have no Pass@k" in page
-    assert "<th>iteration</th>" in page and page.count("<tr><td>") >= 4  # one table row per iteration
+    assert "<th>iteration</th>" in page and "<th>nonzero_advantage_group_fraction</th>" in page
+    assert "<tr><td>1</td>" in page and "<tr><td>0</td>" not in page  # one row per RL iteration, none for warm start
+    assert "<td>iterations in metrics.jsonl</td><td>4</td>" in page and "<td>100.0%</td>" in page
+    assert ("<td>warm start</td><td>2 epochs of SFT on 6 demonstrations (900 tokens) from runs/demos; loss per "
+            "epoch 1.25 -&gt; 0.5</td>") in page
     assert "<td>trajectories read</td><td>16</td>" in page
 
 
