@@ -16,7 +16,7 @@ Standard errors are over tasks (attempts of one task are not independent): with 
 p = mean_t r_t and se = sqrt(sum_t (r_t - p)^2 / (T (T - 1))). `ok`: on the RL tasks, rl - warm > 2 sqrt(se_rl^2 +
 se_warm^2), and flipped - warm is not. Held-out numbers are reported as they are.
 
-Everything is written under --dir, one directory per stage (tasks/, demos/, eval-<stage>-<split>/, rl/, flipped/),
+Everything is written under --dir, one directory per stage (tasks/, demos/, eval-<stage>/, rl/, flipped/),
 and a stage that finished is not run again, so a rerun resumes. DIR/learning.json holds the result line, which
 `patchgym report DIR` plots.
 """
@@ -90,7 +90,8 @@ class Bench:
     def split_tasks(self) -> tuple[Path, Path]:
         """DIR/train.jsonl and DIR/heldout.jsonl: per package, the first tasks train, the next are held out."""
         s = self.setup
-        built = build_tasks(s.packages, s.train_per_package + s.heldout_per_package, 0, self.out / "tasks")
+        built = build_tasks(s.packages, s.train_per_package + s.heldout_per_package, 0, self.out / "tasks",
+                            backend=load_config([BASE_CONFIG]).sandbox.backend, progress=False)
         tasks = read_tasks(built["tasks_file"])
         train, heldout = [], []
         for package in s.packages:
@@ -101,6 +102,7 @@ class Bench:
             heldout += mine[s.train_per_package:s.train_per_package + s.heldout_per_package]
         write_tasks(train, self.out / "train.jsonl")
         write_tasks(heldout, self.out / "heldout.jsonl")
+        write_tasks(train + heldout, self.out / "all.jsonl")
         return self.out / "train.jsonl", self.out / "heldout.jsonl"
 
     def demos(self, train: Path) -> Path:
@@ -113,9 +115,10 @@ class Bench:
                         rollout=config.rollout, model=config.inference.model)
         return out
 
-    def evaluate(self, stage: str, split: str, tasks: Path, model: str) -> dict:
-        """Resolve rate of `model` on `tasks`, S attempts each at T = 1 (DIR/eval-<stage>-<split>/)."""
-        out = self.out / f"eval-{stage}-{split}"
+    def evaluate(self, stage: str, model: str, splits: dict[str, Path]) -> dict[str, dict]:
+        """Resolve rate of `model` on each split, S attempts per task at T = 1: one eval (one vLLM server) over the
+        tasks of every split, in DIR/eval-<stage>/."""
+        out, tasks = self.out / f"eval-{stage}", self.out / "all.jsonl"
         if not (out / "summary.json").exists():
             config = load_eval_config([BASE_CONFIG], [f"inference.model={model}", "agent.sampling.temperature=1.0",
                                                       "agent.max_steps=6"])
@@ -124,7 +127,8 @@ class Bench:
         for t in read_trajectories(out / "trajectories.jsonl"):
             if t.scored:
                 per_task.setdefault(t.task_id, []).append(t.resolved)
-        return resolve_rate(per_task)
+        return {split: resolve_rate({t.instance_id: per_task.get(t.instance_id, []) for t in read_tasks(path)})
+                for split, path in splits.items()}
 
     def train(self, name: str, train: Path, demos: Path, flip: bool) -> Path:
         """A GRPO++ run in DIR/<name>/ after the warm start; the flipped control starts from the normal run's
@@ -163,9 +167,8 @@ class Bench:
         rates = {split: {} for split in splits}
 
         def measure(stage: str, model: str):
-            for split, tasks in splits.items():
-                rates[split][stage] = self.timed(f"eval-{stage}-{split}",
-                                                 lambda: self.evaluate(stage, split, tasks, model))
+            for split, rate in self.timed(f"eval-{stage}", lambda: self.evaluate(stage, model, splits)).items():
+                rates[split][stage] = rate
 
         measure("base", load_config([BASE_CONFIG]).inference.model)
         rl = self.timed("train-rl", lambda: self.train("rl", train, demos, flip=False))
@@ -187,7 +190,8 @@ class Bench:
             "train": rates["train"], "heldout": rates["heldout"],
             "rl_gain": rl_gain, "flipped_gain": flipped_gain,
             "curves": {"rl": self.curve("rl"), "flipped": self.curve("flipped")},
-            "seconds": self.timings, "total_s": round(time.monotonic() - began, 1),
+            "seconds": self.timings, "stages_s": round(sum(self.timings.values()), 1),
+            "this_run_s": round(time.monotonic() - began, 1),
             "ok": rl_gain["significant"] and not flipped_gain["significant"],
         }
 
