@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: host install image k8s demo test bench clean
+.PHONY: host install image k8s demo test bench learn clean
 
 host:
 	bash scripts/setup-host.sh
@@ -47,6 +47,11 @@ bench: image k8s
 	$(BIN)/python bench/grading.py --imported
 	$(BIN)/python bench/grading.py --pull
 	$(BIN)/python bench/learning_game.py
+
+# Does RL make SmolLM2 better at real SWE tasks? Base, warm start, GRPO++ and a flipped control (bench/learning.py,
+# README). Runs under runs/learn, which a rerun resumes; LEARN_ARGS=--quick runs it small, end to end.
+learn: image
+	$(BIN)/python bench/learning.py --json $(LEARN_ARGS)
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

@@ -5,6 +5,7 @@ import html
 import time
 from pathlib import Path
 
+from patchgym.report import learning
 from patchgym.report.plots import DPI, PLOTS, SIZE_IN, RunData
 from patchgym.report.runs import read_json, read_jsonl, read_trajectories, run_kind
 
@@ -27,6 +28,8 @@ img { border: 1px solid #d5d9e0; max-width: 100%; height: auto; }
 
 def load_run(run: Path) -> RunData:
     kind = run_kind(run)
+    if kind == "learning":  # a benchmark's result; its stages' runs have their own reports
+        return RunData(run, kind, summary=read_json(run / "learning.json") or {})
     lines = read_jsonl(run / "metrics.jsonl") if kind == "train" else []
     warm = [m["warm_start"] for m in lines if isinstance(m.get("warm_start"), dict)]
     return RunData(run, kind, summary=read_json(run / "summary.json") or {},
@@ -40,7 +43,7 @@ def write_report(run: str | Path) -> Path:
     images = data.run / "report"
     images.mkdir(exist_ok=True)
     sections = []
-    for name, heading, plot in PLOTS:
+    for name, heading, plot in learning.PLOTS if data.kind == "learning" else PLOTS:
         result = plot(data)
         sections.append(f"<h2>{html.escape(heading)}</h2>")
         if isinstance(result, str):
@@ -61,7 +64,7 @@ def write_report(run: str | Path) -> Path:
 
 def summary_html(data: RunData) -> str:
     about = [["run kind", data.kind]]
-    if data.kind != "select":
+    if data.kind not in ("select", "learning"):
         about.append(["trajectories read", str(len(data.trajectories))])
     if data.kind == "train":
         about.append(["iterations in metrics.jsonl", str(len(data.metrics))])

@@ -5,6 +5,7 @@ with patchgym.agent.trajectory_files like everywhere else.
 - train: RUN/metrics.jsonl and RUN/rollouts/iter-N/trajectories.jsonl
 - eval: RUN/trajectories.jsonl and RUN/summary.json
 - select: SEL/summary.json with best@k keys
+- learning: DIR/learning.json, the result of bench/learning.py (its stages' runs lie in DIR's subdirectories)
 """
 
 import json
@@ -17,7 +18,7 @@ from patchgym.agent.trajectory import Trajectory, Turn
 from patchgym.agent.trajectory_files import files_of, key_of, read_file
 from patchgym.errors import UserError
 
-RunKind = Literal["train", "eval", "select"]
+RunKind = Literal["train", "eval", "select", "learning"]
 
 _CALL_START = re.compile(r"<function\s*=|<tool_call>")
 _BARE_CALL = re.compile(r'\{\s*"(name|function)"\s*:')
@@ -29,6 +30,8 @@ class RunError(UserError, ValueError):
 
 def run_kind(run: Path) -> RunKind:
     """Which kind of run `run` is, from the files present."""
+    if (run / "learning.json").exists():
+        return "learning"
     summary = read_json(run / "summary.json") or {}
     if any(key.startswith("best@") for key in summary):
         return "select"
@@ -36,8 +39,8 @@ def run_kind(run: Path) -> RunKind:
         return "train"
     if (run / "trajectories.jsonl").exists() or summary or (read_json(run / "run.json") or {}).get("kind") == "eval":
         return "eval"
-    raise RunError(f"{run} holds none of metrics.jsonl, rollouts/, trajectories.jsonl or summary.json: "
-                   "not a train, eval or select run")
+    raise RunError(f"{run} holds none of metrics.jsonl, rollouts/, trajectories.jsonl, summary.json or "
+                   "learning.json: not a train, eval, select or learning run")
 
 
 def read_json(path: Path) -> dict | None:

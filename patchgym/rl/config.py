@@ -52,6 +52,8 @@ class AlgorithmConfig(BaseModel):
     dynamic_sampling: bool = Field(False, description="DAPO: train only on groups with 0 < resolved < G, resampling")
     max_generation_rounds: int = Field(10, ge=0, description="dynamic sampling rounds before giving up; 0 = no limit")
     drop_zero_advantage: bool = Field(False, description="Nebius: drop samples whose advantage is 0")
+    flip_advantages: bool = Field(False, description=(
+        "a benchmark control (bench/learning.py): train on -A, so a run that learns with A must not with it"))
     turn_penalty_threshold: int | None = Field(None, ge=1, description=(
         "Nebius L_thr: from this many turns on, reward += (L_thr - T)/(T_max - L_thr), T_max = the stage's "
         "max_turns (or agent.max_steps); null = off"))

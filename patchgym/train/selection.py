@@ -29,6 +29,8 @@ def select_training_batch(batch: list[Trajectory], algo: AlgorithmConfig, max_tu
     advantages = compute_advantages(algo.advantage, torch.tensor(rewards, dtype=torch.float64),
                                     [s.group_id for s in samples], torch.tensor(valid, dtype=torch.bool),
                                     eps=algo.advantage_eps, invalid_as_zero=algo.invalid_as_zero)
+    if algo.flip_advantages:
+        advantages = -advantages
     trained = [i for i, ok in enumerate(valid) if ok]
     if algo.drop_zero_advantage:
         kept, filters["zero_advantage"] = drop_zero_advantage(advantages[torch.tensor(trained, dtype=torch.long)])

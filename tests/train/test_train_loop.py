@@ -159,6 +159,17 @@ def test_grpo_plus_plus_selection_masks_compact_terminations_but_keeps_them_in_t
                        "compact": {"kept": 2, "masked": 1, "masked_max_steps": 1}}
 
 
+def test_flip_advantages_the_benchmark_control_trains_on_minus_a():
+    from patchgym.rl.config import load_preset
+    from patchgym.train.loop import select_training_batch
+
+    batch = [trajectory("a#0", True), trajectory("a#1", False, "max_steps"), trajectory("a#2", False)]
+    algo = load_preset("grpo++").model_copy(update={"flip_advantages": True})
+    _, advantages, sequences = select_training_batch(batch, algo, 50, {})
+    assert advantages.tolist() == pytest.approx([-1.0, 0.0, 0.5])
+    assert [(s.trajectory_id, s.advantage) for s in sequences] == [("a#0", -1.0), ("a#2", 0.5)]
+
+
 def test_selection_scores_a_validated_rows_no_tests_ran_0_and_leaves_out_an_unvalidated_ones_and_infra():
     from patchgym.rl.config import load_preset
     from patchgym.train.loop import select_training_batch

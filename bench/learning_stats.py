@@ -1,0 +1,22 @@
+"""The arithmetic of bench/learning.py, apart so that its test imports no model stack: resolve rates with their
+standard error over tasks, and whether a gain exceeds twice the standard error of the two measurements combined."""
+
+import math
+
+
+def resolve_rate(per_task: dict[str, list[bool]]) -> dict:
+    """The mean of the tasks' resolve rates and its standard error over tasks (attempts of one task are not
+    independent): p = mean_t r_t, se = sqrt(sum_t (r_t - p)^2 / (T (T - 1))), 0 with fewer than two tasks."""
+    rates = [sum(x) / len(x) for x in per_task.values() if x]
+    n = len(rates)
+    p = sum(rates) / n if n else 0.0
+    se = math.sqrt(sum((r - p) ** 2 for r in rates) / (n * (n - 1))) if n > 1 else 0.0
+    return {"rate": p, "se": se, "tasks": n, "attempts": sum(len(x) for x in per_task.values() if x),
+            "resolved": sum(sum(x) for x in per_task.values())}
+
+
+def gain(after: dict, before: dict) -> dict:
+    """after - before, and whether it exceeds 2 sqrt(se_after^2 + se_before^2)."""
+    margin = after["rate"] - before["rate"]
+    threshold = 2 * math.sqrt(after["se"] ** 2 + before["se"] ** 2)
+    return {"margin": margin, "threshold": threshold, "significant": margin > threshold}
