@@ -145,7 +145,7 @@ def test_a_plot_without_data_is_skipped_and_its_stale_png_removed(eval_run):
 def test_run_kind_comes_from_the_files(eval_run, train_run, select_run, tmp_path):
     assert (run_kind(eval_run), run_kind(train_run), run_kind(select_run)) == ("eval", "train", "select")
     result = runner.invoke(app, ["report", str(tmp_path / "nothing")])
-    assert result.exit_code == 2 and "not a train, eval or select run" in result.output
+    assert result.exit_code == 2 and "not a train, eval, select or learning run" in result.output
 
 
 def test_thinking_is_the_text_before_the_tool_call():

@@ -134,7 +134,7 @@ def test_api_reads_every_iteration_of_a_train_run_and_follows_appends(tmp_path):
 
 def test_view_refuses_a_directory_that_is_not_a_run(tmp_path):
     result = CliRunner().invoke(app, ["view", str(tmp_path), "--port", "0"])
-    assert result.exit_code == 2 and "not a train, eval or select run" in result.output
+    assert result.exit_code == 2 and "not a train, eval, select or learning run" in result.output
 
 
 def test_view_on_a_port_in_use_says_so(eval_run):
