@@ -4,7 +4,6 @@ name the numbers, and two gloo processes with sp = 2 computing the logprobs, ent
 single process's weights."""
 
 import os
-import socket
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from patchgym.inference.vllm_engine import free_port
 from patchgym.inference.models import load_model
 from patchgym.rl.config import load_preset
 from patchgym.train.batch import TrainSequence, collate
@@ -117,10 +117,7 @@ def worker(rank: int, out: str, port: int) -> None:
 
 
 def test_two_sequence_parallel_processes_compute_what_one_process_computes(tmp_path, tiny):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(worker, args=(str(tmp_path), port), nprocs=WORLD, join=True)
+    mp.spawn(worker, args=(str(tmp_path), free_port()), nprocs=WORLD, join=True)
     got = torch.load(tmp_path / "sp.pt")
     models = {}
     for spec in MODELS:

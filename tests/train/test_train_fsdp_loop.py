@@ -18,6 +18,7 @@ import torch
 import torch.multiprocessing as mp
 import yaml
 
+from patchgym.inference.vllm_engine import free_port
 from patchgym.inference.models import load_model, tiny_qwen3_model
 from patchgym.rl.config import load_preset
 from patchgym.sandbox.reaper import leftovers, reap
@@ -74,12 +75,7 @@ def worker(rank: int, out: str, port: int) -> None:
 
 
 def test_two_fsdp_processes_checkpoint_what_one_process_computes(tiny, tmp_path):
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(worker, args=(str(tmp_path), port), nprocs=WORLD, join=True)
+    mp.spawn(worker, args=(str(tmp_path), free_port()), nprocs=WORLD, join=True)
 
     one = Distributed()
     model, tokenizer = prepare_policy("tiny", "cpu", TRAIN, one, None)
