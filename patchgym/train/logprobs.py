@@ -69,7 +69,7 @@ def batch_logprobs(model: nn.Module, batch: dict[str, Tensor], *, entropy: bool 
 def packed_forward_kwargs(model: nn.Module, lengths: Tensor) -> dict:
     """The forward arguments that keep packed sequences apart: position_ids restarting at each sequence, and either
     flash-attention's varlen boundaries (cu_seqlens) or a block-diagonal causal mask [1, 1, N, N], additive (0 or
-    the dtype's min), which sdpa and eager attention both take."""
+    the dtype's min), which sdpa and eager attention both take; a row of one sequence needs neither."""
     device = lengths.device
     positions = torch.cat([torch.arange(int(n), device=device) for n in lengths])[None]
     implementation = getattr(model.config, "_attn_implementation", None) or "sdpa"
@@ -78,6 +78,10 @@ def packed_forward_kwargs(model: nn.Module, lengths: Tensor) -> dict:
         longest = int(lengths.max())
         return {"position_ids": positions, "cu_seq_lens_q": bounds, "cu_seq_lens_k": bounds,
                 "max_length_q": longest, "max_length_k": longest}
+    if len(lengths) == 1:
+        # One sequence: the model's own causal mask is the block mask, and sdpa's causal kernel skips the upper
+        # triangle that a dense mask makes it compute (CPU, SmolLM2, 2,500 tokens: about 1.5x faster).
+        return {"position_ids": positions}
     sequence = torch.repeat_interleave(torch.arange(len(lengths), device=device), lengths)
     allowed = (sequence[:, None] == sequence[None, :]).tril()[None, None]
     # Additive, not bool: sdpa keeps a bool mask for backward as a float copy per layer, but a float one it keeps

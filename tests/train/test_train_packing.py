@@ -125,3 +125,14 @@ def test_flash_attention_gets_varlen_boundaries_instead_of_a_mask(base):
     assert kwargs["cu_seq_lens_q"].tolist() == kwargs["cu_seq_lens_k"].tolist() == [0, 3, 5, 9]
     assert kwargs["max_length_q"] == kwargs["max_length_k"] == 4
     assert kwargs["position_ids"].tolist() == [[0, 1, 2, 0, 1, 0, 1, 2, 3]]
+
+
+def test_a_row_of_one_sequence_takes_the_causal_path_with_the_same_logprobs(model):
+    """One sequence in a packed row gets no dense mask (sdpa's causal kernel) and the logprobs of the padded path."""
+    sequence = make_sequences(count=1)
+    packed = collate_packed(sequence)
+    assert set(packed_forward_kwargs(model, packed["lengths"])) == {"position_ids"}
+    with torch.no_grad():
+        got = batch_logprobs(model, packed)
+        want = batch_logprobs(model, collate(sequence, 0))
+    assert torch.allclose(got, want, atol=ATOL, rtol=0)
