@@ -11,7 +11,8 @@ micro-batching the trainer has). --kl adds the KL reference: sharded on the shar
 floor per rank = (parameters + gradients + AdamW's two states) / ranks, all fp32 (the master shards), + activations:
 the bytes autograd saves for the backward pass in that step (a saved-tensors hook, parameters excluded). The floor
 leaves out the Python/torch runtime, FSDP2's gathered layers and the reference model. Targets: sharded peak <= 1.3 x
-floor, and <= 0.6 x the full-copy path's peak.
+floor, and <= 0.6 x the full-copy path's peak. It also prints the load alone against the full-copy path's load,
+and `patchgym plan`'s training total for the same run against the step's measured peak above the runtime.
 """
 
 import argparse
@@ -45,8 +46,10 @@ def main() -> int:
         return worker(args)
     with tempfile.TemporaryDirectory() as tmp:
         params = save_model(Path(tmp) / "model", args.layers)
+        planned = plan_bytes(Path(tmp) / "model", args)
         runs = {path: launch(path, Path(tmp), args) for path in ("sharded", "full-copy")}
     sharded, full = (max(r["peak_rss"] for r in runs[p]) for p in ("sharded", "full-copy"))
+    sharded_load, full_load = (max(r["load_rss"] for r in runs[p]) for p in ("sharded", "full-copy"))
     floor = max(r["floor"] for r in runs["sharded"])
     gb = lambda n: round(n / 2**30, 3)  # noqa: E731
     result = {
@@ -54,11 +57,17 @@ def main() -> int:
         "tokens_per_rank": 2 * args.tokens, "floor_gb": gb(floor),
         "activations_gb": gb(max(r["activations"] for r in runs["sharded"])),
         "runtime_rss_gb": gb(max(r["runtime_rss"] for r in runs["sharded"])),
-        "sharded_load_rss_gb": gb(max(r["load_rss"] for r in runs["sharded"])), "sharded_peak_rss_gb": gb(sharded),
-        "full_copy_load_rss_gb": gb(max(r["load_rss"] for r in runs["full-copy"])), "full_copy_peak_rss_gb": gb(full),
+        "sharded_load_rss_gb": gb(sharded_load), "sharded_peak_rss_gb": gb(sharded),
+        "full_copy_load_rss_gb": gb(full_load), "full_copy_peak_rss_gb": gb(full),
         "ratio_to_floor": round(sharded / floor, 3), "ratio_to_full_copy": round(sharded / full, 3),
         "target_floor": FLOOR_TARGET, "target_full_copy": FULL_COPY_TARGET,
+        # the load alone: where the two paths differ (the step's state is the same once both are sharded)
+        "load_ratio_to_full_copy": round(sharded_load / full_load, 3),
     }
+    # `patchgym plan` for this shape, ranks and micro-batch, against what the step added to the runtime's RSS
+    measured = max(r["peak_rss"] - r["runtime_rss"] for r in runs["sharded"])
+    result.update(plan_train_gb=gb(planned), measured_train_gb=gb(measured),
+                  plan_to_measured=round(planned / measured, 3), plan_within_20_percent=abs(planned / measured - 1) <= 0.2)
     result["meets_targets"] = (result["ratio_to_floor"] <= FLOOR_TARGET
                                and result["ratio_to_full_copy"] <= FULL_COPY_TARGET)
     print_result(result, args.json)
@@ -80,6 +89,19 @@ def save_model(directory: Path, layers: int) -> int:
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return sum(p.numel() for p in model.parameters())
+
+
+def plan_bytes(model_dir: Path, args) -> float:
+    """`patchgym plan`'s training total per rank for the run the workers make: this shape, WORLD ranks, FSDP, one
+    packed micro-batch of 2 x --tokens, the worker's dtype and KL setting (its reference is not in plan's count)."""
+    from patchgym.config import load_config
+    from patchgym.train.plan import plan, read_shape
+
+    tokens = 2 * args.tokens
+    config = load_config([], ["train.fsdp=true", f"train.param_dtype={args.param_dtype}",
+                              f"train.micro_token_budget={tokens}", f"agent.max_context_tokens={tokens}"])
+    shape = read_shape(json.loads((model_dir / "config.json").read_text()), str(model_dir / "config.json"))
+    return plan(config, shape, WORLD, 80.0).train_total
 
 
 def launch(path: str, tmp: Path, args) -> list[dict]:

@@ -153,6 +153,33 @@ def test_torchrun_bf16_sequence_parallel_qwen3_trains_resumes_after_kill_9_and_s
     assert leftovers(env["PATCHGYM_RUN_ID"]) == []
 
 
+def test_torchrun_fp32_sequence_parallel_trains_with_the_logprobs_of_one_process(backend, tiny, tiny_task, tmp_path):
+    """The same two-rank run in fp32, neither killed nor resumed: with each packed sequence cut over both ranks, the
+    trainer's logprobs in both iterations equal those the one-process engine sampled with (1e-4; measured < 1e-5),
+    before and after the first update's weights reached the engine."""
+    if backend != "docker":
+        pytest.skip("the torchrun test runs on the docker backend")
+    tasks = tmp_path / "tasks.jsonl"
+    write_tasks([tiny_task], tasks)
+    config = tmp_path / "train.yaml"
+    config.write_text(yaml.safe_dump({
+        "inference": {"model": "tiny-qwen3"}, "agent": {"max_steps": 2, "sampling": {"max_new_tokens": 8}},
+        "algorithm": {"entropy_coef": 0.001},
+        "train": {"tasks": str(tasks), "iterations": 2, "tasks_per_iteration": 1, "samples_per_task": 2,
+                  "lr": 0.01, "fsdp": True, "keep_checkpoints": 1, "sequence_parallel": WORLD},
+    }))
+    run, log = tmp_path / "run", tmp_path / "train.log"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PATCHGYM_RUN_ID": f"train-sp32-{uuid.uuid4().hex[:8]}"}
+    assert torchrun(["-c", str(config), "--out", str(run)], env, log).wait(timeout=600) == 0, log.read_text()[-3000:]
+    metrics = read_metrics(run)
+    assert [m["iteration"] for m in metrics] == [1, 2] and all(m["trajectories"] == 2 for m in metrics)
+    gaps = [m["rollout_logprob_gap"] for m in metrics]
+    print(f"fp32 + sp=2: rollout logprob gap per iteration {gaps}")
+    assert all(gap < 1e-4 for gap in gaps), gaps
+    reap()
+    assert leftovers(env["PATCHGYM_RUN_ID"]) == []
+
+
 def kill_tree(pid: int) -> None:
     """SIGKILL `pid` and its descendants at once (torchrun starts each rank in a session of its own)."""
     parents = {}
