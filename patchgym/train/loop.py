@@ -166,7 +166,7 @@ class Trainer:
             plans = rank_plans(demonstrations.sequences, self.train.sft_batch_size, warm.epochs, self.config.seed,
                                self.dist.world)
         lr = warm.lr or self.train.lr
-        result = self.policy.warm_start(self.dist.scatter(plans), lr)
+        result = self.policy.warm_start(self.dist.scatter(plans), lr, progress=self.progress)
         state.warm_started = True
         if not self.dist.main:
             return {}

@@ -55,15 +55,16 @@ class LocalPolicy:
                                  scheduler=self.scheduler, process_group=self.place.data_group,
                                  ref_model=self.ref_model, packing=self.train.packing)
 
-    def warm_start(self, plan: EpochPlan, lr: float) -> SFTResult:
+    def warm_start(self, plan: EpochPlan, lr: float, progress: bool = False) -> SFTResult:
         """SFT on `plan` (this rank's share of each step) with an AdamW of its own, so that RL's optimizer and LR
-        schedule start fresh after it."""
+        schedule start fresh after it; `progress`: a bar of its steps (on rank 0)."""
         train = self.train
         optimizer = make_optimizer(self.model, lr, train.weight_decay, train.betas)
         scheduler = make_scheduler(optimizer, train.warmup_steps, sum(len(steps) for steps in plan), train.lr_schedule)
         with self._autocast():
             return run_sft(self.model, optimizer, scheduler, plan, micro_token_budget=train.micro_token_budget,
-                           max_grad_norm=train.max_grad_norm, process_group=self.place.group, packing=train.packing)
+                           max_grad_norm=train.max_grad_norm, process_group=self.place.group, packing=train.packing,
+                           progress="warm start" if progress and self.place.main else None)
 
     def lr(self) -> float:
         return self.scheduler.get_last_lr()[0]

@@ -84,8 +84,8 @@ class RayPolicy:
     def update(self, sequences: list[TrainSequence], algo: AlgorithmConfig) -> dict[str, float]:
         return ray.get(self.worker.update.remote(sequences, algo))
 
-    def warm_start(self, plan: EpochPlan, lr: float) -> SFTResult:
-        return ray.get(self.worker.warm_start.remote(plan, lr))
+    def warm_start(self, plan: EpochPlan, lr: float, progress: bool = False) -> SFTResult:
+        return ray.get(self.worker.warm_start.remote(plan, lr))  # no bar: the steps run in the worker actor
 
     def lr(self) -> float:
         return ray.get(self.worker.lr.remote())

@@ -96,25 +96,56 @@ def rank_plans(sequences: Sequence[TrainSequence], batch_size: int, epochs: int,
 
 
 def run_sft(model: torch.nn.Module, optimizer, scheduler, plan: EpochPlan, *, micro_token_budget: int,
-            max_grad_norm: float | None, process_group=None, on_step=None, packing: bool = True) -> SFTResult:
+            max_grad_norm: float | None, process_group=None, on_step=None, packing: bool = True,
+            progress: str | None = None) -> SFTResult:
     """One `sft_update` per step of `plan`; under torchrun every rank passes its share of each step (the losses
-    and token counts come back summed over the ranks). `on_step(epoch, step, update)` sees each step's metrics."""
+    and token counts come back summed over the ranks). `on_step(epoch, step, update)` sees each step's metrics.
+    `progress`: a label to show a progress bar of the steps under (with the last step's loss), or None."""
     began, result = time.perf_counter(), SFTResult()
-    for epoch, steps in enumerate(plan):
-        loss = tokens = 0.0
-        for step, batch in enumerate(steps):
-            update = sft_update(model, optimizer, batch, micro_token_budget=micro_token_budget,
-                                max_grad_norm=max_grad_norm, scheduler=scheduler, process_group=process_group,
-                                packing=packing)
-            loss += update["loss"] * update["tokens"]  # each step's loss is its token mean
-            tokens += update["tokens"]
-            result.steps += 1
-            if on_step is not None:
-                on_step(epoch, step, update)
-        result.epoch_loss.append(loss / max(tokens, 1))
-        result.epoch_tokens.append(round(tokens))
+    with _StepBar(progress, sum(len(steps) for steps in plan)) as bar:
+        for epoch, steps in enumerate(plan):
+            loss = tokens = 0.0
+            for step, batch in enumerate(steps):
+                update = sft_update(model, optimizer, batch, micro_token_budget=micro_token_budget,
+                                    max_grad_norm=max_grad_norm, scheduler=scheduler, process_group=process_group,
+                                    packing=packing)
+                loss += update["loss"] * update["tokens"]  # each step's loss is its token mean
+                tokens += update["tokens"]
+                result.steps += 1
+                bar.advance(f"epoch {epoch + 1}/{len(plan)}, loss {update['loss']:.3f}")
+                if on_step is not None:
+                    on_step(epoch, step, update)
+            result.epoch_loss.append(loss / max(tokens, 1))
+            result.epoch_tokens.append(round(tokens))
     result.seconds = time.perf_counter() - began
     return result
+
+
+class _StepBar:
+    """A rich progress bar of SFT steps (label, steps done of all, elapsed and remaining time), or nothing."""
+
+    def __init__(self, label: str | None, total: int):
+        self.bar = self.task = None
+        if label is not None:
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                                       TimeRemainingColumn)
+
+            self.bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+                                TimeElapsedColumn(), TimeRemainingColumn(), transient=True)
+            self.task = self.bar.add_task("", total=total)
+
+    def __enter__(self) -> "_StepBar":
+        if self.bar is not None:
+            self.bar.start()
+        return self
+
+    def __exit__(self, *_) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+    def advance(self, description: str) -> None:
+        if self.bar is not None:
+            self.bar.update(self.task, advance=1, description=description)
 
 
 def warm_start_line(demonstrations: Demonstrations, epochs: int, lr: float, result: SFTResult) -> dict:
