@@ -46,6 +46,10 @@ class TrainConfig(BaseModel):
     packing: bool = Field(True, description=(
         "pack each micro-batch's sequences into one row with no padding (positions restart per sequence, attention "
         "kept inside each); false = padded rows, rows x longest <= micro_token_budget"))
+    threads: int | None = Field(None, ge=1, description=(
+        "torch intra-op threads while this process trains (warm start, update), restored after; null: leave them "
+        "(OMP_NUM_THREADS). On CPU with a vLLM server, which is idle while the trainer trains, the trainer can "
+        "take every core"))
     gradient_checkpointing: bool = Field(False, description="recompute activations in backward: less memory, "
                                                             "about 30% more time")
     fsdp: bool = Field(False, description="under torchrun (WORLD_SIZE > 1): FSDP2-shard the policy over the ranks; "

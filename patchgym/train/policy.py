@@ -48,7 +48,7 @@ class LocalPolicy:
 
     def update(self, sequences: list[TrainSequence], algo: AlgorithmConfig) -> dict[str, float]:
         """K = train.mini_batches optimizer steps on `sequences` (this rank's shard under torchrun); its metrics."""
-        with self._autocast():
+        with self._threads(), self._autocast():
             return policy_update(self.model, self.optimizer, sequences, algo,
                                  micro_token_budget=self.train.micro_token_budget,
                                  mini_batches=self.train.mini_batches, max_grad_norm=self.train.max_grad_norm,
@@ -61,7 +61,7 @@ class LocalPolicy:
         train = self.train
         optimizer = make_optimizer(self.model, lr, train.weight_decay, train.betas)
         scheduler = make_scheduler(optimizer, train.warmup_steps, sum(len(steps) for steps in plan), train.lr_schedule)
-        with self._autocast():
+        with self._threads(), self._autocast():
             return run_sft(self.model, optimizer, scheduler, plan, micro_token_budget=train.micro_token_budget,
                            max_grad_norm=train.max_grad_norm, process_group=self.place.group, packing=train.packing,
                            progress="warm start" if progress and self.place.main else None)
@@ -91,6 +91,17 @@ class LocalPolicy:
 
     def close(self) -> None:
         pass  # nothing held beyond this process's memory
+
+    @contextlib.contextmanager
+    def _threads(self):
+        """train.threads intra-op threads for the duration, then the previous count (the engine's, if in-process)."""
+        before = torch.get_num_threads()
+        if self.train.threads is not None:
+            torch.set_num_threads(self.train.threads)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)
 
     def _autocast(self):
         if self.train.bf16:

@@ -111,17 +111,9 @@ def test_torchrun_bf16_sequence_parallel_qwen3_trains_resumes_after_kill_9_and_s
     rounding of the fp32 engine's (their equality in fp32, to 1e-5, is test_sequence_parallel's two-process test)."""
     if backend != "docker":
         pytest.skip("the torchrun test runs on the docker backend")
-    tasks = tmp_path / "tasks.jsonl"
-    write_tasks([tiny_task], tasks)
-    config = tmp_path / "train.yaml"
-    config.write_text(yaml.safe_dump({
-        "inference": {"model": "tiny-qwen3"}, "agent": {"max_steps": 2, "sampling": {"max_new_tokens": 8}},
-        # The random model never resolves: every advantage is 0; entropy and KL terms make every row train.
-        "algorithm": {"kl_coef": 0.01, "entropy_coef": 0.001},
-        "train": {"tasks": str(tasks), "iterations": 2, "tasks_per_iteration": 1, "samples_per_task": 2,
-                  "lr": 0.01, "weight_decay": 0.1, "fsdp": True, "param_dtype": "bf16", "keep_checkpoints": 1,
-                  "gradient_checkpointing": True, "sequence_parallel": WORLD},
-    }))
+    # The random model never resolves: every advantage is 0; entropy and KL terms make every row train.
+    config = sp_config(tmp_path, tiny_task, {"kl_coef": 0.01, "entropy_coef": 0.001},
+                       {"weight_decay": 0.1, "param_dtype": "bf16", "gradient_checkpointing": True})
     run, log = tmp_path / "run", tmp_path / "train.log"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PATCHGYM_RUN_ID": f"train-sp-{uuid.uuid4().hex[:8]}"}
     first = torchrun(["-c", str(config), "--out", str(run)], env, log)
@@ -159,15 +151,7 @@ def test_torchrun_fp32_sequence_parallel_trains_with_the_logprobs_of_one_process
     before and after the first update's weights reached the engine."""
     if backend != "docker":
         pytest.skip("the torchrun test runs on the docker backend")
-    tasks = tmp_path / "tasks.jsonl"
-    write_tasks([tiny_task], tasks)
-    config = tmp_path / "train.yaml"
-    config.write_text(yaml.safe_dump({
-        "inference": {"model": "tiny-qwen3"}, "agent": {"max_steps": 2, "sampling": {"max_new_tokens": 8}},
-        "algorithm": {"entropy_coef": 0.001},
-        "train": {"tasks": str(tasks), "iterations": 2, "tasks_per_iteration": 1, "samples_per_task": 2,
-                  "lr": 0.01, "fsdp": True, "keep_checkpoints": 1, "sequence_parallel": WORLD},
-    }))
+    config = sp_config(tmp_path, tiny_task, {"entropy_coef": 0.001}, {})
     run, log = tmp_path / "run", tmp_path / "train.log"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PATCHGYM_RUN_ID": f"train-sp32-{uuid.uuid4().hex[:8]}"}
     assert torchrun(["-c", str(config), "--out", str(run)], env, log).wait(timeout=600) == 0, log.read_text()[-3000:]
@@ -178,6 +162,20 @@ def test_torchrun_fp32_sequence_parallel_trains_with_the_logprobs_of_one_process
     assert all(gap < 1e-4 for gap in gaps), gaps
     reap()
     assert leftovers(env["PATCHGYM_RUN_ID"]) == []
+
+
+def sp_config(tmp_path: Path, task, algorithm: dict, train: dict) -> Path:
+    """A two-iteration train.yaml of the tiny Qwen3 on `task`, FSDP2 with sequence parallelism over WORLD ranks."""
+    tasks = tmp_path / "tasks.jsonl"
+    write_tasks([task], tasks)
+    config = tmp_path / "train.yaml"
+    config.write_text(yaml.safe_dump({
+        "inference": {"model": "tiny-qwen3"}, "agent": {"max_steps": 2, "sampling": {"max_new_tokens": 8}},
+        "algorithm": algorithm,
+        "train": {"tasks": str(tasks), "iterations": 2, "tasks_per_iteration": 1, "samples_per_task": 2,
+                  "lr": 0.01, "fsdp": True, "keep_checkpoints": 1, "sequence_parallel": WORLD, **train},
+    }))
+    return config
 
 
 def kill_tree(pid: int) -> None:

@@ -184,15 +184,22 @@ def test_demonstrations_without_a_resolved_token_carrying_trajectory_are_refused
 
 def test_a_trainer_with_progress_shows_a_bar_of_every_warm_start_step(tiny, demos, tmp_path, monkeypatch):
     """With progress on, the warm start's bar advances once per SFT step (2 demos, 2 per step, 2 epochs: 2 steps),
-    each with its epoch and loss; without it no bar is made."""
+    each with its epoch and loss; without it no bar is made. The steps run on train.threads threads, and the
+    process has its own count back after."""
     from patchgym.train import sft
 
-    shown = []
-    monkeypatch.setattr(sft._StepBar, "advance", lambda self, text: shown.append((self.bar is not None, text)))
-    cfg = config(tmp_path, demos, "train.iterations=1")
+    shown, threads = [], []
+
+    def advance(self, text):
+        shown.append((self.bar is not None, text))
+        threads.append(torch.get_num_threads())
+
+    monkeypatch.setattr(sft._StepBar, "advance", advance)
+    cfg = config(tmp_path, demos, "train.iterations=1", "train.threads=2")
     Trainer(cfg, tmp_path / "run", progress=True, make_rollouts=memory_rollouts).run()
     assert [bar for bar, _ in shown] == [True, True]
     assert shown[0][1].startswith("epoch 1/2, loss ") and shown[1][1].startswith("epoch 2/2, loss ")
+    assert threads == [2, 2] and torch.get_num_threads() == 1
     shown.clear()
     Trainer(cfg, tmp_path / "quiet", progress=False, make_rollouts=memory_rollouts).run()
     assert [bar for bar, _ in shown] == [False, False]
