@@ -5,10 +5,15 @@ The vocabulary projection is the costly part (SmolLM2: 49k logits per token, 192
 only to the positions asked for (the sampled tokens), in chunks; when the chunk logits would be large, each chunk
 is recomputed in the backward pass instead of being kept.
 
+Inside `sampling_temperature(T)` they are of softmax(logits / T), the distribution rollouts at T sampled from.
+
 Packed rows (patchgym.train.batch.collate_packed): positions restart per sequence, and attention stays inside each
 sequence: under a flash-attention implementation by the varlen kernel's cu_seqlens (transformers' padding-free
 path), otherwise by a block-diagonal causal 4-D mask, which transformers' masking utilities take as given.
 """
+
+import contextlib
+from contextvars import ContextVar
 
 import torch
 from torch import Tensor, nn
@@ -16,6 +21,22 @@ from torch.utils.checkpoint import checkpoint
 
 # Above this many logits (~1 GiB in fp32) a chunk is recomputed in backward rather than kept.
 LOGIT_CHUNK_ELEMENTS = 1 << 28
+
+_TEMPERATURE: ContextVar[float] = ContextVar("sampling_temperature", default=1.0)
+
+
+@contextlib.contextmanager
+def sampling_temperature(temperature: float):
+    """Inside, logprobs and entropies are those of softmax(logits / temperature): the distribution rollouts sampled
+    at that temperature drew from, which the engines' logprobs are of (verl's actor scales its logits the same way),
+    so that the update's ratios and its gap to the rollout logprobs compare like with like. 1 outside."""
+    if temperature <= 0:
+        raise ValueError(f"a sampling temperature must be > 0 to have logprobs, got {temperature}")
+    token = _TEMPERATURE.set(float(temperature))
+    try:
+        yield
+    finally:
+        _TEMPERATURE.reset(token)
 
 
 def sequence_logprobs(
@@ -145,6 +166,9 @@ def token_logprobs(head: nn.Module, hidden: Tensor, targets: Tensor, *, entropy:
 def _chunk(head: nn.Module, hidden: Tensor, targets: Tensor, entropy: bool,
            entropy_grad: bool) -> tuple[Tensor, Tensor]:
     logits = head(hidden).float()
+    temperature = _TEMPERATURE.get()
+    if temperature != 1.0:
+        logits = logits / temperature
     normalizer = torch.logsumexp(logits, dim=-1)
     logprobs = logits.gather(-1, targets[:, None]).squeeze(-1) - normalizer
     if not entropy:

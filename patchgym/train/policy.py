@@ -33,6 +33,8 @@ class LocalPolicy:
     def __init__(self, config: Config, place: Distributed, checkpoint: Path | None = None):
         train, spec = config.train, config.inference.model
         self.train, self.place = train, place
+        # the update's logprobs are of the distribution the rollouts sampled (greedy, T = 0, has none: taken as 1)
+        self.temperature = config.agent.sampling.temperature or 1.0
         self.model, self.tokenizer = prepare_policy(spec, place.device, train, place, checkpoint)
         self.optimizer = make_optimizer(self.model, train.lr, train.weight_decay, train.betas)
         self.scheduler = make_scheduler(self.optimizer, train.warmup_steps, train.iterations * train.mini_batches,
@@ -53,7 +55,7 @@ class LocalPolicy:
                                  micro_token_budget=self.train.micro_token_budget,
                                  mini_batches=self.train.mini_batches, max_grad_norm=self.train.max_grad_norm,
                                  scheduler=self.scheduler, process_group=self.place.data_group,
-                                 ref_model=self.ref_model, packing=self.train.packing)
+                                 ref_model=self.ref_model, packing=self.train.packing, temperature=self.temperature)
 
     def warm_start(self, plan: EpochPlan, lr: float, progress: bool = False) -> SFTResult:
         """SFT on `plan` (this rank's share of each step) with an AdamW of its own, so that RL's optimizer and LR

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from patchgym.rl.config import AlgorithmConfig
 from patchgym.rl.losses import Denominators, aggregate_loss, kl_penalty, policy_loss
 from patchgym.train.batch import TrainSequence, collate, collate_packed, pack_micro_batches, pack_sequences
-from patchgym.train.logprobs import batch_logprobs, final_hidden_states
+from patchgym.train.logprobs import batch_logprobs, final_hidden_states, sampling_temperature
 from patchgym.train.prepare import (enable_gradient_checkpointing, full_state_dict, make_optimizer, make_scheduler,
                                     maybe_lora, shard_model)
 from patchgym.train.sequence_parallel import gradient_group, is_sequence_parallel, sequence_logprobs
@@ -187,15 +187,24 @@ def policy_update(
     process_group=None,
     ref_model: nn.Module | None = None,
     packing: bool = True,
+    temperature: float = 1.0,
 ) -> dict[str, float]:
     """K = `mini_batches` optimizer steps over contiguous slices of `sequences` (shuffle them first if wanted).
 
     pi_old is the policy that sampled the rollouts, i.e. the weights at the call: for the first mini-batch it is
     read off its own forward pass (detached); the later ones get a no-grad pass before the first step. Every rank
     must call this with the same `mini_batches` (it may hold any number of sequences, none included).
+    Every logprob (policy, pi_old, reference) is at the rollouts' sampling `temperature` (logprobs.sampling_temperature).
     """
     if algo.kl_coef > 0 and ref_model is None:
         raise ValueError("algorithm.kl_coef > 0 needs a reference model (ref_model)")
+    with sampling_temperature(temperature):
+        return _policy_update(model, optimizer, sequences, algo, micro_token_budget, mini_batches, max_grad_norm,
+                              scheduler, process_group, ref_model, packing)
+
+
+def _policy_update(model, optimizer, sequences, algo, micro_token_budget, mini_batches, max_grad_norm, scheduler,
+                   process_group, ref_model, packing) -> dict[str, float]:
     start = time.perf_counter()
     model.train()
     _sum_fsdp_gradients(model)
