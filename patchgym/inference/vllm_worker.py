@@ -62,6 +62,7 @@ class WeightSyncExtension:
 
         runner = self.model_runner
         finalize_layerwise_reload(runner.get_model(), runner.model_config)
+        _retie_head(runner.get_model(), runner.model_config)
         runner.reset_lora_state()  # what vLLM's own reload_weights resets after a reload
         runner.reset_encoder_cache()
         runner.reset_mm_cache()
@@ -71,6 +72,23 @@ class WeightSyncExtension:
         with torch.no_grad():
             self.model_runner.get_model().load_weights(iter(tensors))
         return len(tensors)
+
+
+def _retie_head(model: torch.nn.Module, model_config) -> None:
+    """With tied embeddings the output head shares the input embedding's weight, but the reload rebuilt the
+    embedding with a tensor of its own and left the head (given no tensor of its own) on the old one, and on CPU on
+    the old one's prepacked copy: tie it to the new weight again and redo its after-loading step (the repack)."""
+    if not getattr(model_config.hf_config, "tie_word_embeddings", False):
+        return
+    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
+
+    head = getattr(model, "lm_head", None)
+    embeds = [m for m in model.modules() if type(m) is VocabParallelEmbedding]
+    if not isinstance(head, ParallelLMHead) or len(embeds) != 1:
+        return
+    if head.weight is not embeds[0].weight:
+        head.weight = embeds[0].weight
+    head.quant_method.process_weights_after_loading(head)
 
 
 def bucket_tensors(buffer: torch.Tensor, entries: list) -> list[tuple[str, torch.Tensor]]:

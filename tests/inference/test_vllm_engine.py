@@ -131,11 +131,14 @@ def test_pushed_weights_are_served_at_once_and_the_originals_restore_it_exactly(
     original = {name: t.clone() for name, t in model.state_dict().items()}
     perturbed = dict(original)
     noise = torch.Generator().manual_seed(0)
-    # Whole fused groups (q, k, v; gate, up) and a plain layer, in different depths.
-    for name in ["model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.k_proj.weight",
-                 "model.layers.0.self_attn.v_proj.weight", "model.layers.7.mlp.gate_proj.weight",
+    # Whole fused groups (q, k, v; gate, up), a plain layer, in different depths, and the embedding, which SmolLM2's
+    # output head shares (the reload once left vLLM's head on the old, prepacked embedding).
+    for name in ["model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight",
+                 "model.layers.0.self_attn.k_proj.weight", "model.layers.0.self_attn.v_proj.weight",
+                 "model.layers.7.mlp.gate_proj.weight",
                  "model.layers.7.mlp.up_proj.weight", "model.layers.20.mlp.down_proj.weight"]:
         perturbed[name] = original[name] + 0.05 * torch.randn(original[name].shape, generator=noise)
+    perturbed["lm_head.weight"] = perturbed["model.embed_tokens.weight"]  # still tied, as a trained model is
     try:
         engine.load_weights(perturbed)
         assert engine.last_push.transport == "shm" and engine.last_push.buckets > 10
