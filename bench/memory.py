@@ -67,7 +67,8 @@ def main() -> int:
     # `patchgym plan` for this shape, ranks and micro-batch, against what the step added to the runtime's RSS
     measured = max(r["peak_rss"] - r["runtime_rss"] for r in runs["sharded"])
     result.update(plan_train_gb=gb(planned), measured_train_gb=gb(measured),
-                  plan_to_measured=round(planned / measured, 3), plan_within_20_percent=abs(planned / measured - 1) <= 0.2)
+                  plan_to_measured=round(planned / measured, 3),
+                  plan_within_20_percent=abs(planned / measured - 1) <= 0.2)
     result["meets_targets"] = (result["ratio_to_floor"] <= FLOOR_TARGET
                                and result["ratio_to_full_copy"] <= FULL_COPY_TARGET)
     print_result(result, args.json)

@@ -102,7 +102,7 @@ def run_sft(model: torch.nn.Module, optimizer, scheduler, plan: EpochPlan, *, mi
     and token counts come back summed over the ranks). `on_step(epoch, step, update)` sees each step's metrics.
     `progress`: a label to show a progress bar of the steps under (with the last step's loss), or None."""
     began, result = time.perf_counter(), SFTResult()
-    with _StepBar(progress, sum(len(steps) for steps in plan)) as bar:
+    with _step_bar(progress, sum(len(steps) for steps in plan)) as bar:
         for epoch, steps in enumerate(plan):
             loss = tokens = 0.0
             for step, batch in enumerate(steps):
@@ -112,7 +112,8 @@ def run_sft(model: torch.nn.Module, optimizer, scheduler, plan: EpochPlan, *, mi
                 loss += update["loss"] * update["tokens"]  # each step's loss is its token mean
                 tokens += update["tokens"]
                 result.steps += 1
-                bar.advance(f"epoch {epoch + 1}/{len(plan)}, loss {update['loss']:.3f}")
+                bar.update(bar.task_ids[0], advance=1, description=f"epoch {epoch + 1}/{len(plan)}, "
+                           f"loss {update['loss']:.3f}")
                 if on_step is not None:
                     on_step(epoch, step, update)
             result.epoch_loss.append(loss / max(tokens, 1))
@@ -121,31 +122,16 @@ def run_sft(model: torch.nn.Module, optimizer, scheduler, plan: EpochPlan, *, mi
     return result
 
 
-class _StepBar:
-    """A rich progress bar of SFT steps (label, steps done of all, elapsed and remaining time), or nothing."""
+def _step_bar(label: str | None, total: int):
+    """A rich progress bar of SFT steps (label, steps done of all, the last step's epoch and loss, elapsed and
+    remaining time), drawing nothing when `label` is None; it holds one task."""
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
 
-    def __init__(self, label: str | None, total: int):
-        self.bar = self.task = None
-        if label is not None:
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                                       TimeRemainingColumn)
-
-            self.bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-                                TimeElapsedColumn(), TimeRemainingColumn(), transient=True)
-            self.task = self.bar.add_task("", total=total)
-
-    def __enter__(self) -> "_StepBar":
-        if self.bar is not None:
-            self.bar.start()
-        return self
-
-    def __exit__(self, *_) -> None:
-        if self.bar is not None:
-            self.bar.stop()
-
-    def advance(self, description: str) -> None:
-        if self.bar is not None:
-            self.bar.update(self.task, advance=1, description=description)
+    bar = Progress(TextColumn(label or ""), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+                   TimeElapsedColumn(), TimeRemainingColumn(), transient=True, disable=label is None)
+    bar.add_task("", total=total)
+    return bar
 
 
 def warm_start_line(demonstrations: Demonstrations, epochs: int, lr: float, result: SFTResult) -> dict:

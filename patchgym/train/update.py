@@ -194,38 +194,33 @@ def policy_update(
     pi_old is the policy that sampled the rollouts, i.e. the weights at the call: for the first mini-batch it is
     read off its own forward pass (detached); the later ones get a no-grad pass before the first step. Every rank
     must call this with the same `mini_batches` (it may hold any number of sequences, none included).
-    Every logprob (policy, pi_old, reference) is at the rollouts' sampling `temperature` (logprobs.sampling_temperature).
+    Every logprob (policy, pi_old, reference) is at the rollouts' sampling `temperature`
+    (logprobs.sampling_temperature).
     """
     if algo.kl_coef > 0 and ref_model is None:
         raise ValueError("algorithm.kl_coef > 0 needs a reference model (ref_model)")
     with sampling_temperature(temperature):
-        return _policy_update(model, optimizer, sequences, algo, micro_token_budget, mini_batches, max_grad_norm,
-                              scheduler, process_group, ref_model, packing)
-
-
-def _policy_update(model, optimizer, sequences, algo, micro_token_budget, mini_batches, max_grad_norm, scheduler,
-                   process_group, ref_model, packing) -> dict[str, float]:
-    start = time.perf_counter()
-    model.train()
-    _sum_fsdp_gradients(model)
-    slices = split_mini_batches(len(sequences), mini_batches)
-    only_pg = algo.entropy_coef == 0 and algo.kl_coef == 0  # then zero-advantage rows need no pi_old either
-    later = [i for s in slices[1:] for i in s if sequences[i].advantage != 0 or not only_pg]
-    old = _old_logprobs(model, sequences, later, micro_token_budget, process_group, packing)
-    ref = None if algo.kl_coef == 0 else _reference_logprobs(ref_model, model, sequences, micro_token_budget,
-                                                             process_group, packing)
-    tally = UpdateTally()
-    for k, part in enumerate(slices):
-        chunk = [sequences[i] for i in part]
-        chunk_old = None if k == 0 else [old.get(i) for i in part]  # None: a skipped (A = 0) row
-        tally.loss += accumulate_policy_gradients(
-            model, chunk, algo, micro_token_budget=micro_token_budget, old_logprobs=chunk_old,
-            ref_logprobs=None if ref is None else [ref[i] for i in part], process_group=process_group, tally=tally,
-            packing=packing)
-        tally.grad_norm += _step(model, optimizer, scheduler, max_grad_norm, process_group)
-    tally = tally.reduce(process_group, _device(model))
-    return {**_token_means(tally, algo), "skipped_zero_advantage": tally.skipped_zero_advantage,
-            **_summary(tally, mini_batches, time.perf_counter() - start, process_group)}
+        start = time.perf_counter()
+        model.train()
+        _sum_fsdp_gradients(model)
+        slices = split_mini_batches(len(sequences), mini_batches)
+        only_pg = algo.entropy_coef == 0 and algo.kl_coef == 0  # then zero-advantage rows need no pi_old either
+        later = [i for s in slices[1:] for i in s if sequences[i].advantage != 0 or not only_pg]
+        old = _old_logprobs(model, sequences, later, micro_token_budget, process_group, packing)
+        ref = None if algo.kl_coef == 0 else _reference_logprobs(ref_model, model, sequences, micro_token_budget,
+                                                                 process_group, packing)
+        tally = UpdateTally()
+        for k, part in enumerate(slices):
+            chunk = [sequences[i] for i in part]
+            chunk_old = None if k == 0 else [old.get(i) for i in part]  # None: a skipped (A = 0) row
+            tally.loss += accumulate_policy_gradients(
+                model, chunk, algo, micro_token_budget=micro_token_budget, old_logprobs=chunk_old,
+                ref_logprobs=None if ref is None else [ref[i] for i in part], process_group=process_group, tally=tally,
+                packing=packing)
+            tally.grad_norm += _step(model, optimizer, scheduler, max_grad_norm, process_group)
+        tally = tally.reduce(process_group, _device(model))
+        return {**_token_means(tally, algo), "skipped_zero_advantage": tally.skipped_zero_advantage,
+                **_summary(tally, mini_batches, time.perf_counter() - start, process_group)}
 
 
 def sft_update(

@@ -189,12 +189,21 @@ def test_a_trainer_with_progress_shows_a_bar_of_every_warm_start_step(tiny, demo
     from patchgym.train import sft
 
     shown, threads = [], []
+    make_bar = sft._step_bar
 
-    def advance(self, text):
-        shown.append((self.bar is not None, text))
-        threads.append(torch.get_num_threads())
+    def step_bar(label, total):
+        bar = make_bar(label, total)
+        update = bar.update
 
-    monkeypatch.setattr(sft._StepBar, "advance", advance)
+        def advance(task, **kwargs):
+            shown.append((not bar.disable, kwargs["description"]))
+            threads.append(torch.get_num_threads())
+            update(task, **kwargs)
+
+        bar.update = advance
+        return bar
+
+    monkeypatch.setattr(sft, "_step_bar", step_bar)
     cfg = config(tmp_path, demos, "train.iterations=1", "train.threads=2")
     Trainer(cfg, tmp_path / "run", progress=True, make_rollouts=memory_rollouts).run()
     assert [bar for bar, _ in shown] == [True, True]
