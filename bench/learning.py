@@ -6,11 +6,11 @@ of the same packages (`patchgym eval`, T = 1, S samples per task, inference.engi
 
     python bench/learning.py [--dir runs/learn] [--quick] [--json]      (make learn)
 
-The warm start is short on purpose: 1 epoch on 1 demonstration per RL task (one per task, so no task is seen
-twice), a few small SFT steps. A long one would teach the gold patches themselves, leaving RL nothing to find on
-its training tasks (and the flipped control nothing to lose); a short one teaches the format and the
-search/view/edit/test/finish rhythm while leaving most attempts unresolved, so that groups hold both outcomes and
-RL has a non-zero advantage to follow. Held-out tasks have no demonstration: they show what carries over.
+The warm start is short on purpose: 1 epoch on 2 demonstrations of each RL task (24 SFT steps). A long one would
+teach the gold patches themselves, leaving RL nothing to find on its training tasks (and the flipped control
+nothing to lose); a short one teaches the format and the search/view/edit/test/finish rhythm while leaving most
+attempts at T = 1 unresolved, so that groups hold both outcomes and RL has a non-zero advantage to follow. Held-out
+tasks have no demonstration: they show what carries over. Every eval and both RL runs sample at T = 1.
 
 Standard errors are over tasks (attempts of one task are not independent): with r_t the resolve rate of task t,
 p = mean_t r_t and se = sqrt(sum_t (r_t - p)^2 / (T (T - 1))). `ok`: on the RL tasks, rl - warm > 2 sqrt(se_rl^2 +
@@ -60,19 +60,29 @@ class Setup:
     tasks_per_iteration: int
     group: int                # G: rollouts per task in training
     lr: float
+    mini_batches: int         # optimizer steps per iteration
     warm_lr: float
     warm_batch: int           # demonstrations per warm-start SFT step
+    warm_epochs: int
+    demos_per_task: int
 
 
-# The quick run's one warm-start step (lr 5e-5) left every rollout a format error; the full one takes 12 (one per
-# demonstration) at 1e-4.
-FULL = Setup(["isodate", "cachetools", "toolz"], 4, 2, samples=4, iterations=6, tasks_per_iteration=4, group=4,
-             lr=1e-5, warm_lr=1e-4, warm_batch=1)
+# The warm start: 2 demonstrations of each RL task, 1 epoch, one per step at 3e-4 (24 steps). Measured before
+# choosing it: make demo's warm start (24 steps at 3e-4, 4 epochs of 12 demos of 6 tasks) ended 3 of 9 attempts at
+# T = 1 with a submitted patch (3 format errors, 2 max_steps, 1 max_context), so T = 1 leaves room to learn; 2 epochs
+# at 1e-4 and one step at 5e-5 left every attempt a format error (nothing to learn from).
+FULL = Setup(["isodate", "cachetools", "toolz"], 4, 2, samples=4, iterations=3, tasks_per_iteration=4, group=4,
+             lr=1e-4, mini_batches=2, warm_lr=3e-4, warm_batch=1, warm_epochs=1, demos_per_task=2)
 QUICK = Setup(["isodate", "cachetools"], 1, 1, samples=2, iterations=1, tasks_per_iteration=2, group=2,
-              lr=1e-5, warm_lr=5e-5, warm_batch=2)
-WARM_START = {"kind": "short", "epochs": 1, "demos_per_task": 1, "of": "the RL tasks",
-              "why": "a few SFT steps teach the tool format but leave most attempts unresolved, so RL's groups hold "
-                     "both outcomes; a long warm start would teach the gold patches and leave RL nothing to learn"}
+              lr=1e-5, mini_batches=1, warm_lr=5e-5, warm_batch=2, warm_epochs=1, demos_per_task=1)
+WARM_START = {"kind": "short", "of": "the RL tasks",
+              "why": "a few SFT steps teach the tool format and the search/view/edit/test/finish rhythm but leave most "
+                     "attempts at T = 1 unresolved, so RL's groups hold both outcomes; a long warm start would teach "
+                     "the gold patches and leave RL nothing to learn"}
+# Every eval and both RL runs sample at T = 1 and serve as configs/demo.yaml does (vLLM fp32, 8 episodes at once).
+# bf16 with 16 at once was no faster: 25 tok/s decoding in this bench's base eval, against 35-45 tok/s for fp32 with 8
+# in an eval of make demo's warm model (contexts of ~1.5-2K tokens).
+TEMPERATURE = 1.0
 
 
 class Bench:
@@ -92,6 +102,8 @@ class Bench:
     def split_tasks(self) -> tuple[Path, Path]:
         """DIR/train.jsonl and DIR/heldout.jsonl: per package, the first tasks train, the next are held out."""
         s = self.setup
+        if (self.out / "all.jsonl").exists():
+            return self.out / "train.jsonl", self.out / "heldout.jsonl"
         built = build_tasks(s.packages, s.train_per_package + s.heldout_per_package, 0, self.out / "tasks",
                             backend=load_config([BASE_CONFIG]).sandbox.backend, progress=False)
         tasks = read_tasks(built["tasks_file"])
@@ -113,8 +125,8 @@ class Bench:
             config = load_config([BASE_CONFIG])
             tokenizer = configure_tokenizer(load_tokenizer(config.inference.model), config.inference.chat_template,
                                             config.inference.chat_template_kwargs)
-            build_demos(read_tasks(train), tokenizer, config.agent, config.sandbox, out, per_task=1,
-                        rollout=config.rollout, model=config.inference.model)
+            build_demos(read_tasks(train), tokenizer, config.agent, config.sandbox, out,
+                        per_task=self.setup.demos_per_task, rollout=config.rollout, model=config.inference.model)
         return out
 
     def evaluate(self, stage: str, model: str, splits: dict[str, Path]) -> dict[str, dict]:
@@ -122,8 +134,8 @@ class Bench:
         tasks of every split, in DIR/eval-<stage>/."""
         out, tasks = self.out / f"eval-{stage}", self.out / "all.jsonl"
         if not (out / "summary.json").exists():
-            config = load_eval_config([BASE_CONFIG], [f"inference.model={model}", "agent.sampling.temperature=1.0",
-                                                      "agent.max_steps=6"])
+            config = load_eval_config([BASE_CONFIG], [f"inference.model={model}", "agent.max_steps=6",
+                                                      f"agent.sampling.temperature={TEMPERATURE}"])
             run_eval(config, tasks, runs=self.setup.samples, out=out, progress=False)
         per_task: dict[str, list[bool]] = {}
         for t in read_trajectories(out / "trajectories.jsonl"):
@@ -138,10 +150,11 @@ class Bench:
         s, run = self.setup, self.out / name
         settings = {
             "train": {"tasks": str(train), "iterations": s.iterations, "tasks_per_iteration": s.tasks_per_iteration,
-                      "samples_per_task": s.group, "lr": s.lr, "mini_batches": 1, "sft_batch_size": s.warm_batch,
-                      "checkpoint_every": s.iterations, "keep_checkpoints": 2,
-                      "warm_start": {"trajectories": str(demos), "epochs": WARM_START["epochs"], "lr": s.warm_lr}},
+                      "samples_per_task": s.group, "lr": s.lr, "mini_batches": s.mini_batches,
+                      "sft_batch_size": s.warm_batch, "checkpoint_every": s.iterations, "keep_checkpoints": 2,
+                      "warm_start": {"trajectories": str(demos), "epochs": s.warm_epochs, "lr": s.warm_lr}},
             "algorithm": {"flip_advantages": flip},
+            "agent": {"sampling": {"temperature": TEMPERATURE}},
         }
         run.mkdir(parents=True, exist_ok=True)
         (self.out / f"config-{name}.yaml").write_text(yaml.safe_dump(settings))
@@ -185,9 +198,11 @@ class Bench:
         return {
             "quick": self.quick, "dir": str(self.out), "model": load_config([BASE_CONFIG]).inference.model,
             "packages": s.packages, "train_tasks": len(read_tasks(train)), "heldout_tasks": len(read_tasks(heldout)),
-            "samples_per_task": s.samples, "temperature": 1.0, "iterations": s.iterations,
+            "samples_per_task": s.samples, "temperature": TEMPERATURE, "iterations": s.iterations,
             "tasks_per_iteration": s.tasks_per_iteration, "group_size": s.group, "lr": s.lr,
-            "warm_start": {**WARM_START, "lr": s.warm_lr, "sft_batch_size": s.warm_batch,
+            "mini_batches": s.mini_batches,
+            "warm_start": {**WARM_START, "epochs": s.warm_epochs, "demos_per_task": s.demos_per_task,
+                           "lr": s.warm_lr, "sft_batch_size": s.warm_batch,
                            "demos_kept": demo_summary["kept"], "demos_played": demo_summary["played"]},
             "train": rates["train"], "heldout": rates["heldout"],
             "rl_gain": rl_gain, "flipped_gain": flipped_gain,
