@@ -70,10 +70,10 @@ class Setup:
 
 # The warm start: 1 demonstration of each RL task, 4 epochs, one per step at 3e-4 (48 steps), as make demo's (4
 # epochs at 3e-4 of 12 demos of 6 tasks, each demo seen 4 times, NLL 0.08), whose model resolved 6 of 12 attempts at
-# T = 0.5: strong enough to resolve some, short enough to leave the rest unresolved. Measured before choosing it, on
-# 2 demonstrations of each RL task seen once (24 steps, NLL 0.56) or twice (48 steps, NLL 0.19): 14, 15 and (at
-# T = 0.5) 15 of RL iteration 1's 16 rollouts ended in format errors and none resolved; 2 epochs at 1e-4 and one step
-# at 5e-5 left every attempt a format error.
+# T = 0.5 in one run. Here it did not: 0 of RL's 48 rollouts and 0 of the warm eval's 72 attempts (2026-12-02,
+# README). Measured before choosing it, on 2 demonstrations of each RL task seen once (24 steps, NLL 0.56) or twice
+# (48 steps, NLL 0.19): 14, 15 and (at T = 0.5) 15 of RL iteration 1's 16 rollouts ended in format errors and none
+# resolved; 2 epochs at 1e-4 and one step at 5e-5 left every attempt a format error.
 FULL = Setup(["isodate", "cachetools", "toolz"], 4, 2, samples=4, iterations=3, tasks_per_iteration=4, group=4,
              lr=1e-4, mini_batches=2, warm_lr=3e-4, warm_batch=1, warm_epochs=4, demos_per_task=1)
 QUICK = Setup(["isodate", "cachetools"], 1, 1, samples=2, iterations=1, tasks_per_iteration=2, group=2,
@@ -91,11 +91,9 @@ WARM_START = {"kind": "short", "of": "the RL tasks",
 # it invented (`ReadLines`, `READ_LINUX`, `TLRUCache`) or copying the prompt's `PARAM_NAME` placeholder, and none
 # resolved: every group's advantage was 0 and RL had nothing to follow. The vLLM server served the warm weights (the
 # trainer's logprobs of its samples were within 0.04-0.1 nats under min-p's renormalisation, the base model's 2.1-2.4
-# off). make demo's warm model resolved 6 of 12 at T = 0.5. The base model's eval is reported with the sampling it ran
-# with (`eval_sampling`, from DIR/eval-<stage>/config.yaml).
+# off). The base model's eval is reported with the sampling it ran with (`eval_sampling`, from
+# DIR/eval-<stage>/config.yaml).
 TEMPERATURE = 0.5
-MIN_P = 0.0
-SAMPLING = {"temperature": TEMPERATURE, "min_p": MIN_P}
 
 
 class Bench:
@@ -148,7 +146,7 @@ class Bench:
         out, tasks = self.out / f"eval-{stage}", self.out / "all.jsonl"
         if not (out / "summary.json").exists():
             config = load_eval_config([BASE_CONFIG], [f"inference.model={model}", "agent.max_steps=6",
-                                                      *(f"agent.sampling.{k}={v}" for k, v in SAMPLING.items())])
+                                                      f"agent.sampling.temperature={TEMPERATURE}"])
             run_eval(config, tasks, runs=self.setup.samples, out=out, progress=False)
         per_task: dict[str, list[bool]] = {}
         for t in read_trajectories(out / "trajectories.jsonl"):
@@ -173,7 +171,7 @@ class Bench:
                       "sft_batch_size": s.warm_batch, "checkpoint_every": s.iterations, "keep_checkpoints": 2,
                       "warm_start": {"trajectories": str(demos), "epochs": s.warm_epochs, "lr": s.warm_lr}},
             "algorithm": {"flip_advantages": flip},
-            "agent": {"sampling": dict(SAMPLING)},
+            "agent": {"sampling": {"temperature": TEMPERATURE}},
         }
         run.mkdir(parents=True, exist_ok=True)
         (self.out / f"config-{name}.yaml").write_text(yaml.safe_dump(settings))
@@ -217,10 +215,9 @@ class Bench:
         return {
             "quick": self.quick, "dir": str(self.out), "model": load_config([BASE_CONFIG]).inference.model,
             "packages": s.packages, "train_tasks": len(read_tasks(train)), "heldout_tasks": len(read_tasks(heldout)),
-            "samples_per_task": s.samples, "temperature": TEMPERATURE, "min_p": MIN_P,
+            "samples_per_task": s.samples, "temperature": TEMPERATURE,
             "eval_sampling": {stage: self.eval_sampling(stage) for stage in rates["train"]},
-            "iterations": s.iterations,
-            "tasks_per_iteration": s.tasks_per_iteration, "group_size": s.group, "lr": s.lr,
+            "iterations": s.iterations, "tasks_per_iteration": s.tasks_per_iteration, "group_size": s.group, "lr": s.lr,
             "mini_batches": s.mini_batches,
             "warm_start": {**WARM_START, "epochs": s.warm_epochs, "demos_per_task": s.demos_per_task,
                            "lr": s.warm_lr, "sft_batch_size": s.warm_batch,
