@@ -6,10 +6,10 @@ of the same packages (`patchgym eval`, T = 0.5, S samples per task, inference.en
 
     python bench/learning.py [--dir runs/learn] [--quick] [--json]      (make learn)
 
-The warm start is short on purpose: 4 epochs on 1 demonstration of each RL task (48 SFT steps). A long one would
-teach the gold patches themselves, leaving RL nothing to find on its training tasks (and the flipped control
-nothing to lose); a short one teaches the format and the search/view/edit/test/finish rhythm while leaving most
-attempts unresolved, so that groups hold both outcomes and RL has a non-zero advantage to follow. Held-out
+The warm start is short on purpose: 4 epochs on 2 demonstrations of each RL task, 2 per step (48 SFT steps). A long
+one would teach the gold patches themselves, leaving RL nothing to find on its training tasks (and the flipped
+control nothing to lose); a short one teaches the format and the search/view/edit/test/finish rhythm while leaving
+most attempts unresolved, so that groups hold both outcomes and RL has a non-zero advantage to follow. Held-out
 tasks have no demonstration: they show what carries over. Every eval and both RL runs sample at T = 0.5 (not 1:
 TEMPERATURE says why).
 
@@ -68,14 +68,15 @@ class Setup:
     demos_per_task: int
 
 
-# The warm start: 1 demonstration of each RL task, 4 epochs, one per step at 3e-4 (48 steps), as make demo's (4
-# epochs at 3e-4 of 12 demos of 6 tasks, each demo seen 4 times, NLL 0.08), whose model resolved 6 of 12 attempts at
-# T = 0.5 in one run. Here it did not: 0 of RL's 48 rollouts and 0 of the warm eval's 72 attempts (2026-12-02,
-# README). Measured before choosing it, on 2 demonstrations of each RL task seen once (24 steps, NLL 0.56) or twice
-# (48 steps, NLL 0.19): 14, 15 and (at T = 0.5) 15 of RL iteration 1's 16 rollouts ended in format errors and none
-# resolved; 2 epochs at 1e-4 and one step at 5e-5 left every attempt a format error.
+# The warm start: make demo's recipe (2 demonstrations of each task, 2 per step, 4 epochs at 3e-4) on the 12 RL
+# tasks: 48 steps, 1759 s, NLL per epoch 0.71, 0.18, 0.12, 0.08 (2026-12-02). RL's 3 iterations of 16 rollouts then
+# resolved 0, 1 and 1, with 2, 4 and 10 submitted, 2, 1 and 0 format errors, and 0, 1 and 1 of 4 groups with an
+# advantage (README). 1 demonstration of each task (48 steps, NLL 0.09) had resolved 0 of RL's 48 rollouts and 0 of
+# the warm eval's 72 attempts; 2 demonstrations seen once (24 steps, NLL 0.56) or twice (NLL 0.19): 14, 15 and (at
+# T = 0.5) 15 of RL iteration 1's 16 rollouts were format errors and none resolved; 2 epochs at 1e-4 and one step at
+# 5e-5 left every attempt a format error.
 FULL = Setup(["isodate", "cachetools", "toolz"], 4, 2, samples=4, iterations=3, tasks_per_iteration=4, group=4,
-             lr=1e-4, mini_batches=2, warm_lr=3e-4, warm_batch=1, warm_epochs=4, demos_per_task=1)
+             lr=1e-4, mini_batches=2, warm_lr=3e-4, warm_batch=2, warm_epochs=4, demos_per_task=2)
 QUICK = Setup(["isodate", "cachetools"], 1, 1, samples=2, iterations=1, tasks_per_iteration=2, group=2,
               lr=1e-5, mini_batches=1, warm_lr=5e-5, warm_batch=2, warm_epochs=1, demos_per_task=1)
 WARM_START = {"kind": "short", "of": "the RL tasks",
