@@ -27,3 +27,10 @@ def wheelhouse_dir() -> Path:
 def sandboxes_dir() -> Path:
     """Per-sandbox scratch (overlay upper/work dirs) of the local backend; leftovers are reaped."""
     return store_dir() / "sandboxes"
+
+
+def warm_starts_dir() -> Path:
+    """Warm-start models kept by what made them (patchgym.train.warm_cache): $PATCHGYM_WARM_STARTS, else under the
+    store."""
+    env = os.environ.get("PATCHGYM_WARM_STARTS")
+    return Path(env) if env else store_dir() / "warm-starts"

@@ -174,6 +174,13 @@ def kill_from_outside():
     return _kill_from_outside
 
 
+@pytest.fixture(autouse=True)
+def own_warm_starts(tmp_path, monkeypatch):
+    """Each test keeps its cached warm starts (patchgym.train.warm_cache) to itself: one made by an earlier test, or
+    by a run on this machine, must not stand in for the warm start a test trains."""
+    monkeypatch.setenv("PATCHGYM_WARM_STARTS", str(tmp_path / "warm-starts"))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def nothing_left_behind():
     """After the whole suite: no container, scratch directory or cgroup of this test run remains."""

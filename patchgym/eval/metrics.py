@@ -22,6 +22,20 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
 
 
+def paired_gain(before: dict[str, list[bool]], after: dict[str, list[bool]]) -> dict:
+    """The gain from `before` to `after` on the same tasks (task id -> attempts' outcomes), as per-task paired
+    differences d_t = r_after(t) - r_before(t) over the T tasks attempted in both: mean d, its standard error
+    sd(d) / sqrt(T) with sd's T - 1 denominator, and `significant` when mean d > 2 se (T >= 2). Pairing removes
+    the tasks' own difficulty from the noise, which two separate rates with their own errors keep."""
+    tasks = sorted(t for t in before if before[t] and after.get(t))
+    diffs = [sum(after[t]) / len(after[t]) - sum(before[t]) / len(before[t]) for t in tasks]
+    n = len(diffs)
+    mean = sum(diffs) / n if n else 0.0
+    se = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1) / n) if n > 1 else 0.0
+    return {"tasks": n, "mean": mean, "se": se, "threshold": 2 * se, "significant": n > 1 and mean > 2 * se,
+            "per_task": dict(zip(tasks, diffs))}
+
+
 def summarize(trajectories: list[Trajectory], runs: int, instances: int | None = None) -> dict:
     """The summary.json of an eval: `trajectories` holds sample r of every task for r < runs; `instances`: how many
     tasks were evaluated (default: those in `trajectories`), the official figure's denominator."""

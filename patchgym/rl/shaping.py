@@ -140,6 +140,28 @@ def curriculum_filter(
     return kept, tally
 
 
+def learnable_band(
+    counts: dict[str, tuple[int, int]], min_rate: float = 0.0, max_rate: float = 1.0
+) -> tuple[list[str], dict[str, int]]:
+    """The tasks worth RL's time, as DeepSWE's and Nebius's difficulty filters pick them: solve rate r = solved /
+    attempts with min_rate < r < max_rate (default: solved sometimes, not always), from k attempts each after the
+    warm start. Tallies kept, never_solved (r <= min_rate), always_solved (r >= max_rate) and unmeasured (no
+    attempt: nothing is known, so it is not kept)."""
+    kept: list[str] = []
+    tally = {"kept": 0, "never_solved": 0, "always_solved": 0, "unmeasured": 0}
+    for task, (solved, attempts) in counts.items():
+        if not attempts:
+            tally["unmeasured"] += 1
+        elif solved / attempts <= min_rate:
+            tally["never_solved"] += 1
+        elif solved / attempts >= max_rate:
+            tally["always_solved"] += 1
+        else:
+            tally["kept"] += 1
+            kept.append(task)
+    return kept, tally
+
+
 def _groups(samples: Iterable[Sample]) -> dict[Hashable, list[Sample]]:
     groups: dict[Hashable, list[Sample]] = {}
     for s in samples:

@@ -20,6 +20,12 @@ class WarmStartConfig(BaseModel):
         "resolved trajectories with sampled tokens are trained on"))
     epochs: int = Field(1, ge=1, description="passes over the demonstrations (train.sft_batch_size per step)")
     lr: float | None = Field(None, gt=0, description="peak SFT learning rate (AdamW); null = train.lr")
+    dtype: Literal["fp32", "bf16"] = Field("fp32", description=(
+        "the warm start's compute dtype: bf16 autocast (CPU or CUDA) around fp32 master weights, or fp32; the RL "
+        "update keeps its own dtype, the one whose logprobs match the engine's"))
+    cache: bool = Field(True, description=(
+        "reuse the model of an identical warm start made before (same model, demonstration tokens and SFT "
+        "settings), kept under the store's warm-starts/ ($PATCHGYM_WARM_STARTS); false = always train it"))
 
 
 class TrainConfig(BaseModel):

@@ -46,6 +46,7 @@ from patchgym.train.selection import group_of, select_training_batch, to_sample
 from patchgym.train.sft import (Demonstrations, DemonstrationError, rank_plans, read_demonstrations,
                                 warm_start_line)
 from patchgym.train.policy import LocalPolicy
+from patchgym.train.warm_cache import WarmStartHit, find_warm_start, key_of, store_warm_start, warm_start_fields
 
 __all__ = ["Trainer", "TrainError", "console", "group_of", "select_training_batch", "to_sample"]
 
@@ -79,17 +80,26 @@ class Trainer:
             self._check()
             checkpoint = self._prepare_run_dir(resume)
             demonstrations = self._demonstrations(checkpoint)
-            self.state = state = self._setup(checkpoint)
+            warm_key, cached = self._cached_warm_start(demonstrations)
+            self.state = state = self._setup(checkpoint, warm_weights=cached.path if cached else None)
             if self.dist.main:
                 # -1 drops the line of a warm start that was cut before its checkpoint, as it runs again
                 kept = state.iteration if state.iteration or state.warm_started else -1
                 metrics = MetricsLog(self.out, resume_after=kept, loggers=self.train.loggers,
                                      config=self.config.model_dump(mode="json"))
             if self.dist.share(demonstrations is not None):
-                record = self.warm_start(state, demonstrations)
+                if cached is not None:
+                    record = {**cached.line, "warm_start": {**cached.line["warm_start"], "cached": cached.key}}
+                    state.warm_started = True
+                    console.print(f"warm start: reused {cached.path} (same model, demonstrations and SFT settings)",
+                                  soft_wrap=True)
+                else:
+                    record = self.warm_start(state, demonstrations)
                 if metrics is not None:
                     metrics.write(record)
-                self._checkpoint(state)
+                saved = self._checkpoint(state)
+                if warm_key is not None and cached is None and saved is not None:
+                    store_warm_start(*warm_key, saved, record)
             self.policy.sync(self.engine)
             if self.dist.main:
                 self.versions = PolicyVersions(state.iteration)
@@ -194,6 +204,17 @@ class Trainer:
         if error:
             raise DemonstrationError(error)
         return demonstrations
+
+    def _cached_warm_start(self, demonstrations: Demonstrations | None
+                           ) -> tuple[tuple[str, dict] | None, WarmStartHit | None]:
+        """((key, its fields), the cached entry or None) for a warm start still to run with train.warm_start.cache;
+        (None, None) otherwise. Rank 0 decides; every rank gets its answer."""
+        answer = (None, None)
+        if self.dist.main and demonstrations is not None and self.train.warm_start.cache:
+            fields = warm_start_fields(self.config, demonstrations.sequences, self.dist.world)
+            key = key_of(fields)
+            answer = ((key, fields), find_warm_start(key))
+        return self.dist.share(answer)
 
     def _warn_if_nothing_to_learn(self, n: int, signal: dict, batch: list[Trajectory]) -> None:
         """Once per run: every group of iteration n has advantage 0, with the likely cause."""
@@ -305,19 +326,21 @@ class Trainer:
             raise TrainError(error)
         return found
 
-    def _setup(self, checkpoint: Path | None) -> LoopState:
+    def _setup(self, checkpoint: Path | None, warm_weights: Path | None = None) -> LoopState:
         """The policy (here, sharded under torchrun with train.fsdp, or in a Ray actor), (on rank 0) the engine
-        (run() pushes the weights into it, after a warm start), and the loop state."""
+        (run() pushes the weights into it, after a warm start), and the loop state. `warm_weights`: a cached warm
+        start's model to start from, as a fresh run whose warm start is done."""
+        start = checkpoint or warm_weights
         if self.config.cluster.backend == "ray":
             from patchgym.train.ray_trainer import RayPolicy
 
             self.engine = make_engine(self.config)  # connects to the cluster, which the trainer worker joins
             try:
-                self.policy = RayPolicy(self.config, checkpoint)
+                self.policy = RayPolicy(self.config, start)
             except ValueError as exc:  # no node for it: a setting to fix, not a crash
                 raise TrainError(str(exc)) from None
         else:
-            self.policy = LocalPolicy(self.config, self.dist, checkpoint)
+            self.policy = LocalPolicy(self.config, self.dist, start)
         if checkpoint is None:
             random.seed(self.config.seed)
             torch.manual_seed(self.config.seed)

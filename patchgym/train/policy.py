@@ -35,6 +35,7 @@ class LocalPolicy:
         self.train, self.place = train, place
         # the update's logprobs are of the distribution the rollouts sampled (greedy, T = 0, has none: taken as 1)
         self.temperature = config.agent.sampling.temperature or 1.0
+        self.warm_dtype = train.warm_start.dtype if train.warm_start is not None else "fp32"
         self.model, self.tokenizer = prepare_policy(spec, place.device, train, place, checkpoint)
         self.optimizer = make_optimizer(self.model, train.lr, train.weight_decay, train.betas)
         self.scheduler = make_scheduler(self.optimizer, train.warmup_steps, train.iterations * train.mini_batches,
@@ -63,7 +64,7 @@ class LocalPolicy:
         train = self.train
         optimizer = make_optimizer(self.model, lr, train.weight_decay, train.betas)
         scheduler = make_scheduler(optimizer, train.warmup_steps, sum(len(steps) for steps in plan), train.lr_schedule)
-        with self._threads(), self._autocast():
+        with self._threads(), self._autocast(self.warm_dtype):
             return run_sft(self.model, optimizer, scheduler, plan, micro_token_budget=train.micro_token_budget,
                            max_grad_norm=train.max_grad_norm, process_group=self.place.group, packing=train.packing,
                            progress="warm start" if progress and self.place.main else None)
@@ -105,7 +106,11 @@ class LocalPolicy:
         finally:
             torch.set_num_threads(before)
 
-    def _autocast(self):
+    def _autocast(self, dtype: str = "fp32"):
+        """bf16 autocast for the update with train.bf16 (CUDA), or for a warm start whose dtype is bf16 (any
+        device: this CPU's AVX512-BF16 too); fp32 otherwise."""
         if self.train.bf16:
             return torch.autocast("cuda", dtype=torch.bfloat16)
+        if dtype == "bf16":
+            return torch.autocast(torch.device(self.place.device).type, dtype=torch.bfloat16)
         return contextlib.nullcontext()

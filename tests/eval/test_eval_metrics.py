@@ -60,3 +60,28 @@ def test_the_official_figure_counts_every_instance_and_the_graded_rate_only_grad
     s = summarize(results, runs=1, instances=4)
     assert s["official_resolve_rate"] == 1 / 4 and s["graded"] == 3 and s["resolve_rate"] == 1 / 3
     assert [e["task_id"] for e in s["excluded"]] == ["c"] and s["mean_reward"] == 1 / 3
+
+
+def outcomes(*rates_of_four):
+    """Per task, 4 attempts resolving `rate` x 4 of them."""
+    return {f"t{i}": [k < rate * 4 for k in range(4)] for i, rate in enumerate(rates_of_four)}
+
+
+def test_paired_gain_is_the_mean_of_per_task_differences_with_their_standard_error():
+    from patchgym.eval.metrics import paired_gain
+
+    # Every task gains exactly 0.25: se 0 and a gain. Unpaired, the two rates (0.375 and 0.625, each with se
+    # sd([0, .25, .5, .75]) / 2 = 0.161) would need a margin of 2 sqrt(2) 0.161 = 0.456 > 0.25.
+    same = paired_gain(outcomes(0, 0.25, 0.5, 0.75), outcomes(0.25, 0.5, 0.75, 1.0))
+    assert (same["tasks"], same["mean"], same["se"], same["significant"]) == (4, 0.25, 0.0, True)
+    assert same["per_task"] == {"t0": 0.25, "t1": 0.25, "t2": 0.25, "t3": 0.25}
+    # d = 0.5, 0, -0.25: mean 1/12, sd^2 = (0.41667^2 + 0.08333^2 + 0.33333^2) / 2 = 0.145833, se = sqrt(sd^2 / 3)
+    mixed = paired_gain(outcomes(0, 0.5, 0.75), outcomes(0.5, 0.5, 0.5))
+    assert mixed["mean"] == pytest.approx(1 / 12) and mixed["se"] == pytest.approx(0.220479, abs=1e-6)
+    assert mixed["threshold"] == pytest.approx(0.440958, abs=1e-6) and not mixed["significant"]
+    # Only tasks attempted in both count; one task is no evidence at all.
+    partial = paired_gain({**outcomes(0, 0.5), "gone": [True]}, {**outcomes(1.0), "new": [True]})
+    assert (partial["tasks"], partial["mean"], partial["se"], partial["significant"]) == (1, 1.0, 0.0, False)
+    assert paired_gain({}, {})["tasks"] == 0
+    # A loss is never significant, however consistent.
+    assert not paired_gain(outcomes(0.5, 0.75), outcomes(0.25, 0.5))["significant"]

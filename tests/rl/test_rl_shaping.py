@@ -103,3 +103,14 @@ def test_solve_counts_and_curriculum():
     assert kept == ["two-thirds", "hard"]
     assert tally == {"kept": 2, "too_easy": 1, "never_solved": 1}
     assert curriculum_filter({"new": (0, 0)})[0] == ["new"]
+
+
+def test_learnable_band_keeps_tasks_solved_sometimes_not_always():
+    from patchgym.rl.shaping import learnable_band
+
+    counts = {"never": (0, 4), "once": (1, 4), "half": (2, 4), "always": (4, 4), "untried": (0, 0), "most": (3, 4)}
+    kept, tally = learnable_band(counts)
+    assert kept == ["once", "half", "most"]
+    assert tally == {"kept": 3, "never_solved": 1, "always_solved": 1, "unmeasured": 1}
+    kept, tally = learnable_band(counts, min_rate=0.25, max_rate=0.75)  # a narrower band: bounds excluded
+    assert kept == ["half"] and tally == {"kept": 1, "never_solved": 2, "always_solved": 2, "unmeasured": 1}

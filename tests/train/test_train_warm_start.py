@@ -102,7 +102,8 @@ def nll(model, sequences) -> float:
 
 def test_warm_start_runs_once_lowers_the_loss_and_a_killed_run_neither_repeats_nor_skips_it(
         tiny, demos, tmp_path, caplog):
-    cfg, run = config(tmp_path, demos), tmp_path / "run"
+    # uncached: the warm start must really run again below (test_warm_cache.py covers the reuse)
+    cfg, run = config(tmp_path, demos, "train.warm_start.cache=false"), tmp_path / "run"
     with pytest.raises(Killed):  # killed after the warm start's checkpoint
         Trainer(cfg, run, progress=False, make_rollouts=killed_at_rollouts).run()
     (warm,) = read_metrics(run)
@@ -204,7 +205,7 @@ def test_a_trainer_with_progress_shows_a_bar_of_every_warm_start_step(tiny, demo
         return bar
 
     monkeypatch.setattr(sft, "_step_bar", step_bar)
-    cfg = config(tmp_path, demos, "train.iterations=1", "train.threads=2")
+    cfg = config(tmp_path, demos, "train.iterations=1", "train.threads=2", "train.warm_start.cache=false")
     Trainer(cfg, tmp_path / "run", progress=True, make_rollouts=memory_rollouts).run()
     assert [bar for bar, _ in shown] == [True, True]
     assert shown[0][1].startswith("epoch 1/2, loss ") and shown[1][1].startswith("epoch 2/2, loss ")

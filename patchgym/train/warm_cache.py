@@ -1,0 +1,122 @@
+"""Warm starts computed once: the model a warm start made, kept under a key of everything that made it (the model,
+the demonstrations' trained tokens, the SFT settings), and reused by every later run that asks for the same.
+
+An entry is a directory `<warm_starts_dir()>/<key>/` holding `model/` (and `adapter/` with LoRA), the layout of a
+checkpoint that `prepare_policy` reads, plus `line.json` (the warm start's metrics line) and `key.json` (the fields
+the key hashes, for a person to read). It is written into a temporary directory and renamed into place, so an entry
+is always whole. Its files are hard links to the checkpoint's where the file system allows (no second copy).
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from patchgym.config import Config
+from patchgym.paths import warm_starts_dir
+from patchgym.train.batch import TrainSequence
+
+FORMAT = 1  # bump when what an entry means changes, so older entries stop matching
+SAMPLE_BYTES = 1 << 20  # a weight file is fingerprinted by its size and its first and last MiB
+
+
+@dataclass(frozen=True)
+class WarmStartHit:
+    """A cached warm start: the directory to load the policy from and the metrics line it was made with."""
+
+    key: str
+    path: Path
+    line: dict
+
+
+def warm_start_fields(config: Config, sequences: list[TrainSequence], world: int) -> dict:
+    """What a warm start's result depends on: the model, the trained tokens and masks, and the SFT settings
+    (schedule, batching, numerics, how many ranks split each step). Timing text and paths do not count."""
+    train, warm = config.train, config.train.warm_start
+    return {
+        "format": FORMAT,
+        "model": model_fingerprint(config.inference.model),
+        "device": str(config.inference.device).split(":")[0],
+        "demonstrations": sequences_digest(sequences),
+        "sft": {"epochs": warm.epochs, "lr": warm.lr or train.lr, "batch_size": train.sft_batch_size,
+                "seed": config.seed, "weight_decay": train.weight_decay, "betas": list(train.betas),
+                "warmup_steps": train.warmup_steps, "lr_schedule": train.lr_schedule,
+                "max_grad_norm": train.max_grad_norm, "micro_token_budget": train.micro_token_budget,
+                "packing": train.packing, "lora": train.lora, "bf16": train.bf16, "sft_dtype": warm.dtype,
+                "fsdp": train.fsdp, "param_dtype": train.param_dtype, "reduce_dtype": train.reduce_dtype,
+                "sequence_parallel": train.sequence_parallel, "world": world},
+    }
+
+
+def key_of(fields: dict) -> str:
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def sequences_digest(sequences: list[TrainSequence]) -> str:
+    """The SHA-256 of the token ids and loss masks, in order: what SFT reads of the demonstrations."""
+    digest = hashlib.sha256()
+    for s in sequences:
+        digest.update(struct.pack(f"<I{len(s.input_ids)}q", len(s.input_ids), *s.input_ids))
+        digest.update(bytes(s.loss_mask))
+    return digest.hexdigest()
+
+
+def model_fingerprint(spec: str) -> str:
+    """A model directory's config and weight files (names, sizes, first and last MiB); a named spec (smollm2, the
+    tiny models, a hub id) is its name: the same name loads the same weights."""
+    path = Path(spec)
+    if not path.is_dir():
+        return spec
+    digest = hashlib.sha256()
+    for file in sorted(p for p in path.rglob("*") if p.is_file()):
+        size = file.stat().st_size
+        digest.update(f"{file.relative_to(path)}\0{size}\0".encode())
+        with open(file, "rb") as handle:
+            if size <= 2 * SAMPLE_BYTES:
+                digest.update(handle.read())
+            else:
+                digest.update(handle.read(SAMPLE_BYTES))
+                handle.seek(-SAMPLE_BYTES, os.SEEK_END)
+                digest.update(handle.read())
+    return f"dir:{digest.hexdigest()}"
+
+
+def find_warm_start(key: str, root: Path | None = None) -> WarmStartHit | None:
+    entry = (root or warm_starts_dir()) / key
+    try:
+        line = json.loads((entry / "line.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return WarmStartHit(key, entry, line)
+
+
+def store_warm_start(key: str, fields: dict, checkpoint: Path, line: dict, root: Path | None = None) -> Path:
+    """Keep `checkpoint`'s model (and adapter) under `key`; an entry already there is left as it is."""
+    root = root or warm_starts_dir()
+    entry = root / key
+    if (entry / "line.json").exists():
+        return entry
+    root.mkdir(parents=True, exist_ok=True)
+    staging = root / f".tmp-{key}-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    for part in ("model", "adapter"):
+        if (checkpoint / part).is_dir():
+            shutil.copytree(checkpoint / part, staging / part, copy_function=_link_or_copy)
+    (staging / "key.json").write_text(json.dumps(fields, indent=1, sort_keys=True))
+    (staging / "line.json").write_text(json.dumps(line))
+    try:
+        os.rename(staging, entry)
+    except OSError:  # another run stored the same key first
+        shutil.rmtree(staging, ignore_errors=True)
+    return entry
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
