@@ -2,10 +2,11 @@
 that requests join and leave between decode steps, so every request gets back its exact sampled ids and logprobs."""
 
 import asyncio
+import contextlib
 import queue
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
@@ -49,7 +50,8 @@ class HFEngine:
     `agenerate` coroutines) at once are decoded together, up to max_batch rows per forward pass.
 
     Batching is continuous: between two decode steps, requests that arrived meanwhile are prefilled together and join
-    the running batch, and rows that finished leave it (their callers return at once). A request's result does not
+    the running batch, and rows that finished leave it (their callers return at once), as do rows whose Future was
+    cancelled (an `agenerate` cancelled by Ctrl-C cancels it): a cancelled generation costs at most one more step. A request's result does not
     depend on its batch-mates: each row samples from its own generator. load_weights swaps weights between two decode
     steps, so a request in flight continues on the new weights (as vLLM's in-flight updates do).
     """
@@ -185,6 +187,9 @@ class HFEngine:
 
     def _decode(self, rows: list[_Request]) -> None:
         """Start decoding requests that just arrived: prefill them together, then join them to the running batch."""
+        rows = [r for r in rows if not r.future.cancelled()]  # their callers are gone (cancelled, Ctrl-C)
+        if not rows:
+            return
         input_ids, mask, positions = self._left_pad([r.prompt_ids for r in rows])
         cache = DynamicCache(config=self.model.config)
         logits = self._forward(input_ids, mask, positions, cache)
@@ -197,10 +202,13 @@ class HFEngine:
         tokens, logprobs = sample(batch.logits, [r.params for r in batch.rows], [r.generator for r in batch.rows])
         keep = []
         for i, (request, token, logprob) in enumerate(zip(batch.rows, tokens, logprobs)):
+            if request.future.cancelled():  # a cancelled generation leaves at once, not when it would have ended
+                continue
             request.token_ids.append(token)
             request.logprobs.append(logprob)
             if (reason := self._finish_reason(request)) is not None:
-                request.future.set_result(Generation(request.token_ids, request.logprobs, reason))
+                with contextlib.suppress(InvalidStateError):  # cancelled since the check above
+                    request.future.set_result(Generation(request.token_ids, request.logprobs, reason))
             else:
                 keep.append(i)
         if not keep:

@@ -3,6 +3,7 @@ exact logprobs, threads."""
 
 import asyncio
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -264,3 +265,30 @@ def test_bad_requests_and_close(tiny):
     eng.close()
     with pytest.raises(RuntimeError):
         eng.generate([1, 2, 3])
+
+
+def test_a_cancelled_generation_leaves_the_batch_at_once_and_its_batch_mates_are_untouched(tiny, prompts):
+    """Ctrl-C cancels an agenerate: its row must not decode on to its token budget (a close would wait for it), and
+    the rows beside it must not see an error (setting the result of a cancelled Future raises)."""
+    model, tokenizer = tiny
+    alone = HFEngine(model, tokenizer).generate(prompts[1], seeded(SAMPLED, 3))
+    eng = HFEngine(model, tokenizer, max_batch=4)
+    endless = SamplingParams(temperature=1.0, max_new_tokens=model.config.max_position_embeddings - 64)
+
+    async def run():
+        long = asyncio.ensure_future(eng.agenerate(prompts[0], endless))
+        short = await eng.agenerate(prompts[1], seeded(SAMPLED, 3))
+        long.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await long
+        return short
+
+    short = asyncio.run(run())
+    deadline = time.monotonic() + 1.0  # ~1,900 more steps of the long row would take far longer than this
+    while eng._batch is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert eng._batch is None, "the cancelled row is still being decoded"
+    began = time.monotonic()
+    eng.close()
+    assert time.monotonic() - began < 1.0
+    assert short.token_ids == alone.token_ids and short.logprobs == pytest.approx(alone.logprobs, abs=1e-4)
