@@ -34,6 +34,10 @@ class InferenceConfig(BaseModel):
     vllm_kv_cache_gb: float = Field(1.0, gt=0, description="vllm: KV cache size in GiB (on CPU it is taken from RAM)")
     vllm_args: list[str] = Field(default_factory=list, description="vllm: extra `vllm serve` arguments, e.g. "
                                                                    "['--max-model-len', '4096']")
+    vllm_cpu_threads: int | None = Field(None, ge=1, description=(
+        "vllm on CPU: the worker's OpenMP threads, bound one per core to the first N cores this process may use, "
+        "none reserved for vLLM's scheduler (which yields while the worker computes); null = vLLM's own binding "
+        "(all cores but one, the other reserved)"))
     vllm_start_timeout_s: float = Field(300.0, gt=0, description="vllm: seconds to wait for the server's /health")
     sync_bucket_mb: float = Field(256.0, gt=0, description=(
         "vllm: a weight push moves this many MB at a time (gathered shard by shard, through one reused /dev/shm "

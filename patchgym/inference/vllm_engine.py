@@ -52,7 +52,7 @@ class VLLMEngine(OpenAIEngine):
     def __init__(self, spec: str = "smollm2", *, dtype: str = "float32", kv_cache_gb: float = 1.0,
                  max_batch: int = 8, extra_args: Iterable[str] = (), start_timeout_s: float = 300.0,
                  seed: int = 0, chat_template: str | None = None, chat_template_kwargs: dict | None = None,
-                 sync_bucket_mb: float = 256.0):
+                 sync_bucket_mb: float = 256.0, cpu_threads: int | None = None):
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
         self.model_dir, self.dtype = model_dir(spec), dtype
@@ -89,7 +89,7 @@ class VLLMEngine(OpenAIEngine):
         ]
         # DEV_MODE adds /collective_rpc and /reset_prefix_cache; the worker imports the extension from this patchgym.
         source = str(Path(patchgym.__file__).resolve().parents[1])
-        env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1",
+        env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", **cpu_binding(cpu_threads),
                "PYTHONPATH": os.pathsep.join(filter(None, [source, os.environ.get("PYTHONPATH")]))}
         with open(self.log_path, "wb") as log:
             # Its own process group: vLLM's EngineCore and worker processes must die with it.
@@ -109,7 +109,8 @@ class VLLMEngine(OpenAIEngine):
         return cls(config.model, dtype=config.vllm_dtype, kv_cache_gb=config.vllm_kv_cache_gb,
                    max_batch=config.max_batch, extra_args=config.vllm_args,
                    start_timeout_s=config.vllm_start_timeout_s, chat_template=config.chat_template,
-                   chat_template_kwargs=config.chat_template_kwargs, sync_bucket_mb=config.sync_bucket_mb)
+                   chat_template_kwargs=config.chat_template_kwargs, sync_bucket_mb=config.sync_bucket_mb,
+                   cpu_threads=config.vllm_cpu_threads)
 
     @property
     def pid(self) -> int:
@@ -235,6 +236,17 @@ def model_dir(spec: str) -> Path:
         raise ValueError("inference.model=tiny: its 8-wide attention heads are narrower than vLLM's CPU attention "
                          "takes (32 and up); use smollm2 or a model directory with the vllm engine")
     return smollm2_dir() if spec == "smollm2" else Path(spec)
+
+
+def cpu_binding(threads: int | None) -> dict[str, str]:
+    """The environment that binds the CPU worker's OpenMP threads to `threads` cores of this process's affinity,
+    reserving none ({} for vLLM's own binding, or on a GPU machine)."""
+    if threads is None or torch.cuda.is_available():
+        return {}
+    cores = sorted(os.sched_getaffinity(0))
+    if threads > len(cores):
+        raise ValueError(f"inference.vllm_cpu_threads={threads}, but this process may use {len(cores)} cores")
+    return {"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, cores[:threads])), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
 
 
 def free_port() -> int:
