@@ -2,10 +2,10 @@
 tasks_per_iteration x samples_per_task episodes, graded) with every generation request recorded, then the same
 requests replayed, in the same run, against the inference engine alone at the same concurrency.
 
-    python bench/rollout_throughput.py [--model smollm2] [--cpu-threads default,2] [--hf-requests 8] [--json]
+    python bench/rollout_throughput.py [--model smollm2] [--cpu-cores vllm,all] [--hf-requests 8] [--json]
 
-For each vLLM CPU binding in --cpu-threads (`default`: vLLM's own, one core with the other reserved, as make demo
-served before inference.vllm_cpu_threads; N: N cores, none reserved):
+For each vLLM CPU layout in --cpu-cores (inference.vllm_cpu_cores: `vllm`, vLLM's own, a worker process on one core
+with the other reserved for its scheduler; `all` or N: the worker in the engine's process on every core or N):
 - rollout_tok_s: tokens sampled by the episodes / the rollout's wall time (what the trainer reports);
 - engine_alone_tok_s: the recorded requests sent straight to the server, in arrival order, at most
   rollout.max_generations at once, each forced to its recorded length (ignore_eos): same prompts, same tokens;
@@ -16,7 +16,7 @@ served before inference.vllm_cpu_threads; N: N cores, none reserved):
 
 floor_tok_s: what the cores could decode if every FLOP ran at the GEMM rate measured here (a large fp32 matmul on
 all cores): GEMM FLOP/s / the mean FLOPs of a decoded token of these requests (2 x the linear weights, plus 4 x
-layers x width x context for attention). vs_default: the best binding's rollout_tok_s over the default binding's,
+layers x width x context for attention). vs_vllm_layout: the best layout's rollout_tok_s over vLLM's own layout's,
 measured in this run (target >= 2, in fp32: the dtype whose logprobs match the trainer's).
 
 The model is SmolLM2 unless --model names another (e.g. make demo's warm checkpoint, whose episodes run longer).
@@ -124,18 +124,17 @@ def gemm_flops(threads: int, size: int = 2048, repeats: int = 10) -> float:
     return 2 * size ** 3 * repeats / (time.perf_counter() - began)
 
 
-def measure(binding: str, args, out: Path) -> dict:
-    threads = None if binding == "default" else int(binding)
-    config = load_config([DEMO], [f"inference.model={args.model}", f"inference.vllm_cpu_threads={threads or 'null'}"])
+def measure(layout: str, args, out: Path) -> dict:
+    config = load_config([DEMO], [f"inference.model={args.model}", f"inference.vllm_cpu_cores={layout}"])
     tasks = demo_tasks(config, out)
     concurrency = config.rollout.max_generations
     with VLLMEngine.from_config(config.inference) as engine:
-        requests, rollout_s, sampled = rollout(engine, config, tasks, out / f"cpu-{binding}")
+        requests, rollout_s, sampled = rollout(engine, config, tasks, out / f"cpu-{layout}")
         forced = sum(max(1, r.generated) for r in requests)
         alone_s = vllm_replay(engine, requests, concurrency, prefill_only=False)
         prefill_s = vllm_replay(engine, requests, concurrency, prefill_only=True)
     rollout_tok_s, alone_tok_s = sampled / rollout_s, forced / alone_s
-    return {"cpu_threads": binding, "episodes": len(tasks) * config.train.samples_per_task, "requests": len(requests),
+    return {"cpu_cores": layout, "episodes": len(tasks) * config.train.samples_per_task, "requests": len(requests),
             "prompt_tokens": sum(len(r.prompt_ids) for r in requests), "generated_tokens": sampled,
             "rollout_s": round(rollout_s, 1), "rollout_tok_s": round(rollout_tok_s, 1),
             "engine_alone_s": round(alone_s, 1), "engine_alone_tok_s": round(alone_tok_s, 1),
@@ -146,16 +145,16 @@ def measure(binding: str, args, out: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2")
-    parser.add_argument("--cpu-threads", default="default,2", help="vLLM bindings to measure, comma-separated")
+    parser.add_argument("--cpu-cores", default="vllm,all", help="vLLM CPU layouts to measure, comma-separated")
     parser.add_argument("--hf-requests", type=int, default=8, help="requests replayed through the hf engine (0: none)")
     parser.add_argument("--dir", type=Path, default=ROOT / "runs" / "bench-rollout-throughput")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     args.dir.mkdir(parents=True, exist_ok=True)
     cores = len(os.sched_getaffinity(0))
-    runs = [measure(binding, args, args.dir) for binding in args.cpu_threads.split(",")]
+    runs = [measure(layout, args, args.dir) for layout in args.cpu_cores.split(",")]
     best = max(runs, key=lambda r: r["rollout_tok_s"])
-    default = next((r for r in runs if r["cpu_threads"] == "default"), None)
+    default = next((r for r in runs if r["cpu_cores"] == "vllm"), None)
     requests = best.pop("_requests")
     for r in runs:
         r.pop("_requests", None)
@@ -163,11 +162,11 @@ def main() -> None:
     gflops = gemm_flops(cores) / 1e9
     result = {
         "model": args.model, "dtype": "float32", "cores": cores, **{k: best[k] for k in (
-            "cpu_threads", "rollout_tok_s", "engine_alone_tok_s", "rollout_vs_engine", "prefill_s", "decode_s")},
+            "cpu_cores", "rollout_tok_s", "engine_alone_tok_s", "rollout_vs_engine", "prefill_s", "decode_s")},
         "floor_tok_s": round(gflops * 1e9 / (flops / max(1, sum(r.generated for r in requests))), 1),
         "gemm_gflops": round(gflops, 1), "decode_gflop_per_token": round(flops / 1e9 / max(1, sum(
             r.generated for r in requests)), 3),
-        "vs_default": round(best["rollout_tok_s"] / default["rollout_tok_s"], 2) if default else None,
+        "vs_vllm_layout": round(best["rollout_tok_s"] / default["rollout_tok_s"], 2) if default else None,
         "hf_tok_s": round(hf_tok_s(args.model, requests[:args.hf_requests], 8, cores), 1) if args.hf_requests else None,
         "runs": runs,
     }

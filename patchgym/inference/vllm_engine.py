@@ -52,7 +52,7 @@ class VLLMEngine(OpenAIEngine):
     def __init__(self, spec: str = "smollm2", *, dtype: str = "float32", kv_cache_gb: float = 1.0,
                  max_batch: int = 8, extra_args: Iterable[str] = (), start_timeout_s: float = 300.0,
                  seed: int = 0, chat_template: str | None = None, chat_template_kwargs: dict | None = None,
-                 sync_bucket_mb: float = 256.0, cpu_threads: int | None = None):
+                 sync_bucket_mb: float = 256.0, cpu_cores: int | str = "all"):
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
         self.model_dir, self.dtype = model_dir(spec), dtype
@@ -85,11 +85,12 @@ class VLLMEngine(OpenAIEngine):
             "--worker-extension-cls", EXTENSION,
             # On CPU, compiling takes a minute per start and gains little; on a GPU, CUDA graphs are worth it.
             *([] if torch.cuda.is_available() else ["--enforce-eager"]),
+            *cpu_layout(cpu_cores)[1],
             *extra_args,
         ]
         # DEV_MODE adds /collective_rpc and /reset_prefix_cache; the worker imports the extension from this patchgym.
         source = str(Path(patchgym.__file__).resolve().parents[1])
-        env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", **cpu_binding(cpu_threads),
+        env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", **cpu_layout(cpu_cores)[0],
                "PYTHONPATH": os.pathsep.join(filter(None, [source, os.environ.get("PYTHONPATH")]))}
         with open(self.log_path, "wb") as log:
             # Its own process group: vLLM's EngineCore and worker processes must die with it.
@@ -110,7 +111,7 @@ class VLLMEngine(OpenAIEngine):
                    max_batch=config.max_batch, extra_args=config.vllm_args,
                    start_timeout_s=config.vllm_start_timeout_s, chat_template=config.chat_template,
                    chat_template_kwargs=config.chat_template_kwargs, sync_bucket_mb=config.sync_bucket_mb,
-                   cpu_threads=config.vllm_cpu_threads)
+                   cpu_cores=config.vllm_cpu_cores)
 
     @property
     def pid(self) -> int:
@@ -238,15 +239,19 @@ def model_dir(spec: str) -> Path:
     return smollm2_dir() if spec == "smollm2" else Path(spec)
 
 
-def cpu_binding(threads: int | None) -> dict[str, str]:
-    """The environment that binds the CPU worker's OpenMP threads to `threads` cores of this process's affinity,
-    reserving none ({} for vLLM's own binding, or on a GPU machine)."""
-    if threads is None or torch.cuda.is_available():
-        return {}
-    cores = sorted(os.sched_getaffinity(0))
-    if threads > len(cores):
-        raise ValueError(f"inference.vllm_cpu_threads={threads}, but this process may use {len(cores)} cores")
-    return {"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, cores[:threads])), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+def cpu_layout(cores: int | str) -> tuple[dict[str, str], list[str]]:
+    """(environment, server arguments) that run the CPU worker inside vLLM's engine process (the uni executor),
+    its OpenMP threads bound one per core to this process's cores ("all") or the first N, none reserved. vLLM's own
+    layout ("vllm", and any GPU machine) puts the worker in a process of its own, whose scheduler spins on a shared-
+    memory queue while the worker computes: it needs a core to itself, or it preempts the worker's threads."""
+    if cores == "vllm" or torch.cuda.is_available():
+        return {}, []
+    allowed = sorted(os.sched_getaffinity(0))
+    count = len(allowed) if cores == "all" else int(cores)
+    if not 1 <= count <= len(allowed):
+        raise ValueError(f"inference.vllm_cpu_cores={cores}, but this process may use {len(allowed)} cores")
+    return ({"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, allowed[:count])), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"},
+            ["--distributed-executor-backend", "uni"])
 
 
 def free_port() -> int:
