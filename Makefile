@@ -48,8 +48,9 @@ bench: image k8s
 	$(BIN)/python bench/grading.py --pull
 	$(BIN)/python bench/learning_game.py
 
-# Does RL make SmolLM2 better at real SWE tasks? Base, warm start, GRPO++ and a flipped control (bench/learning.py,
-# README). Runs under runs/learn, which a rerun resumes; LEARN_ARGS=--quick runs it small, end to end.
+# Does RL make SmolLM2 better at the real SWE tasks it trains on? Warm start, learnable-band filter, GRPO++ epochs
+# and a flipped control, measured as paired per-task gains (bench/learning.py). Runs under runs/learn, which a rerun
+# resumes; LEARN_ARGS=--quick runs it small, end to end.
 learn: image
 	$(BIN)/python bench/learning.py --json $(LEARN_ARGS)
 

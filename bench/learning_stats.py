@@ -1,5 +1,5 @@
 """The arithmetic of bench/learning.py, apart so that its test imports no model stack: resolve rates with their
-standard error over tasks, and whether a gain exceeds twice the standard error of the two measurements combined."""
+standard error over tasks (the gain itself is paired: patchgym.eval.metrics.paired_gain)."""
 
 import math
 
@@ -14,9 +14,3 @@ def resolve_rate(per_task: dict[str, list[bool]]) -> dict:
     return {"rate": p, "se": se, "tasks": n, "attempts": sum(len(x) for x in per_task.values() if x),
             "resolved": sum(sum(x) for x in per_task.values())}
 
-
-def gain(after: dict, before: dict) -> dict:
-    """after - before, and whether it exceeds 2 sqrt(se_after^2 + se_before^2)."""
-    margin = after["rate"] - before["rate"]
-    threshold = 2 * math.sqrt(after["se"] ** 2 + before["se"] ** 2)
-    return {"margin": margin, "threshold": threshold, "significant": margin > threshold}

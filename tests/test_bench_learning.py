@@ -1,4 +1,4 @@
-"""bench/learning_stats.py, the arithmetic of bench/learning.py: resolve rates with their standard error over tasks, and the `ok` rule's margin."""
+"""bench/learning_stats.py, the arithmetic of bench/learning.py: resolve rates with their standard error over tasks."""
 
 import importlib.util
 import math
@@ -25,11 +25,3 @@ def test_the_rate_is_the_mean_over_tasks_and_its_error_is_over_tasks(learning):
     assert (result["tasks"], result["attempts"], result["resolved"]) == (3, 6, 3)
     assert learning.resolve_rate({"a": [True, False]})["se"] == 0.0
 
-
-def test_a_gain_counts_only_beyond_twice_the_combined_error(learning):
-    before = {"rate": 0.25, "se": 0.03}
-    # threshold = 2 * sqrt(0.03^2 + 0.04^2) = 0.1
-    assert learning.gain({"rate": 0.36, "se": 0.04}, before) == pytest.approx(
-        {"margin": 0.11, "threshold": 0.1, "significant": True})
-    assert not learning.gain({"rate": 0.34, "se": 0.04}, before)["significant"]
-    assert not learning.gain({"rate": 0.10, "se": 0.0}, before)["significant"]

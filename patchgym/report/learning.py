@@ -1,51 +1,53 @@
-"""The plots of a learning benchmark's directory (bench/learning.py writes DIR/learning.json): resolve rate with its
-standard error at each stage (base, warm start, GRPO++, flipped control) on the RL and the held-out tasks, and the
-mean reward per iteration of the RL run beside its flipped control."""
+"""The plots of a learning benchmark's directory (bench/learning.py writes DIR/learning.json): each RL run's resolve
+rate per iteration over the kept tasks with its standard error over tasks (the run and its flipped control), and
+each run's paired gain on those tasks (before: its first iteration's rollouts; after: its final eval) with ± 2 standard
+errors."""
 
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from patchgym.report.plots import BLUE, GREEN, GREY, RED, RunData, figure, legend
+from patchgym.report.plots import GREEN, GREY, RED, RunData, figure, legend
 
-STAGES = (("base", "base model"), ("warm", "warm start"), ("rl", "GRPO++"), ("flipped", "flipped control"))
+RUNS = (("rl", "GRPO++", GREEN), ("flipped", "flipped advantages (control)", RED))
 
 
-def stage_rates(data: RunData) -> Figure | str:
-    splits = [(split, label, colour) for split, label, colour in
-              (("train", "RL tasks", BLUE), ("heldout", "held-out tasks", GREY)) if data.summary.get(split)]
-    if not splits:
-        return "learning.json has no resolve rates yet"
-    fig, ax = figure("Resolve rate per stage (T = 1; bars: ± 2 standard errors over tasks)")
-    for offset, (split, label, colour) in zip((-0.1, 0.1), splits):
-        rates = data.summary[split]
-        points = [(i + offset, rates[stage]) for i, (stage, _) in enumerate(STAGES) if stage in rates]
-        ax.errorbar([x for x, _ in points], [100 * r["rate"] for _, r in points],
-                    yerr=[200 * r["se"] for _, r in points], fmt="o", capsize=4, color=colour,
-                    label=f"{label} ({points[0][1]['tasks']} tasks)" if points else label)
-    ax.set_xticks(range(len(STAGES)), [name for _, name in STAGES])
+def iteration_rates(data: RunData) -> Figure | str:
+    runs = data.summary.get("runs") or {}
+    if not any((runs.get(name) or {}).get("curve") for name, _, _ in RUNS):
+        return "learning.json has no training iterations yet"
+    fig, ax = figure("Resolved per iteration on the kept tasks (bars: ± 2 standard errors over tasks)")
+    for offset, (name, label, colour) in zip((-0.05, 0.05), RUNS):
+        points = (runs.get(name) or {}).get("curve") or []
+        if points:
+            ax.errorbar([p["iteration"] + offset for p in points], [100 * p["rate"] for p in points],
+                        yerr=[200 * p["se"] for p in points], fmt="-o", capsize=4, color=colour, label=label)
+    ax.set_xlabel("iteration (its rollouts are sampled before its update)")
     ax.set_ylabel("resolved (% of attempts, mean over tasks)")
     ax.set_ylim(-5, 105)
-    legend(fig, ax)
-    return fig
-
-
-def reward_curves(data: RunData) -> Figure | str:
-    curves = data.summary.get("curves") or {}
-    if not any(curves.values()):
-        return "learning.json has no training iterations yet"
-    fig, ax = figure("Mean reward per GRPO++ iteration: the run and its flipped control")
-    for name, label, colour in (("rl", "GRPO++", GREEN), ("flipped", "flipped advantages", RED)):
-        points = [(x["iteration"], x["reward_mean"]) for x in curves.get(name) or [] if x.get("reward_mean") is not None]
-        if points:
-            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", color=colour, label=label)
-    ax.set_xlabel("iteration")
-    ax.set_ylabel("mean reward of the iteration's rollouts")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     legend(fig, ax)
     return fig
 
 
+def paired_gains(data: RunData) -> Figure | str:
+    runs = data.summary.get("runs") or {}
+    shown = [(name, label, colour) for name, label, colour in RUNS if (runs.get(name) or {}).get("gain")]
+    if not shown:
+        return "learning.json has no final evaluation yet"
+    fig, ax = figure("Paired gain on the kept tasks: final eval - first iteration (bars: ± 2 standard errors)")
+    for i, (name, label, colour) in enumerate(shown):
+        gain = runs[name]["gain"]
+        ax.errorbar([i], [100 * gain["mean"]], yerr=[200 * gain["se"]], fmt="o", capsize=6, color=colour,
+                    label=f"{label}: {100 * gain['mean']:+.1f} ± {200 * gain['se']:.1f} pts over {gain['tasks']} tasks")
+    ax.axhline(0, color=GREY, linewidth=1)
+    ax.set_xticks(range(len(shown)), [label for _, label, _ in shown])
+    ax.set_xlim(-0.5, len(shown) - 0.5)
+    ax.set_ylabel("resolve-rate change (percentage points)")
+    legend(fig, ax)
+    return fig
+
+
 PLOTS = (
-    ("learning_rates.png", "Resolve rate per stage", stage_rates),
-    ("learning_reward.png", "Reward per iteration, run and flipped control", reward_curves),
+    ("learning_iterations.png", "Resolved per iteration, run and flipped control", iteration_rates),
+    ("learning_gain.png", "Paired gain on the kept tasks", paired_gains),
 )

@@ -12,12 +12,14 @@ import json
 import os
 import shutil
 import struct
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from patchgym.config import Config
 from patchgym.paths import warm_starts_dir
 from patchgym.train.batch import TrainSequence
+from patchgym.train.checkpoint import save_checkpoint
 
 FORMAT = 1  # bump when what an entry means changes, so older entries stop matching
 SAMPLE_BYTES = 1 << 20  # a weight file is fingerprinted by its size and its first and last MiB
@@ -120,3 +122,34 @@ def _link_or_copy(source: str, target: str) -> None:
         os.link(source, target)
     except OSError:
         shutil.copy2(source, target)
+
+
+def ensure_warm_start(config: Config, progress: bool = False) -> WarmStartHit:
+    """The cached warm start of `config` (train.warm_start), trained here in one process first if no run made it
+    yet: for a benchmark that measures the warm model before RL, and whose runs then start from the same entry."""
+    from patchgym.train.distributed import Distributed
+    from patchgym.train.policy import LocalPolicy
+    from patchgym.train.sft import rank_plans, read_demonstrations, warm_start_line
+
+    warm = config.train.warm_start
+    if warm is None:
+        raise ValueError("train.warm_start is not set: there is no warm start to make")
+    demonstrations = read_demonstrations(warm.trajectories)
+    fields = warm_start_fields(config, demonstrations.sequences, world=1)
+    key = key_of(fields)
+    if (hit := find_warm_start(key)) is not None:
+        return hit
+    policy = LocalPolicy(config, Distributed.from_env(str(config.inference.device)))
+    plan = rank_plans(demonstrations.sequences, config.train.sft_batch_size, warm.epochs, config.seed, 1)[0]
+    lr = warm.lr or config.train.lr
+    result = policy.warm_start(plan, lr, progress=progress)
+    line = warm_start_line(demonstrations, warm.epochs, lr, result)
+    with tempfile.TemporaryDirectory(dir=_made(warm_starts_dir())) as tmp:  # the checkpoint layout, then its model
+        saved = save_checkpoint(tmp, 0, policy.model, policy.tokenizer, state={"warm_started": True})
+        store_warm_start(key, fields, saved, line)
+    return find_warm_start(key)
+
+
+def _made(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path

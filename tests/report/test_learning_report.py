@@ -1,5 +1,5 @@
-"""`patchgym report DIR` on a learning benchmark's directory (bench/learning.py's DIR/learning.json): the stages'
-resolve rates and the two runs' reward curves are drawn; a result without iterations says so instead."""
+"""`patchgym report DIR` on a learning benchmark's directory (bench/learning.py's DIR/learning.json): both runs'
+per-iteration resolve rates and their paired gains are drawn; a result without iterations says so instead."""
 
 import json
 
@@ -8,25 +8,28 @@ from PIL import Image
 from patchgym.report import run_kind, write_report
 
 
-def rate(p: float, se: float) -> dict:
-    return {"rate": p, "se": se, "tasks": 12, "attempts": 48, "resolved": round(48 * p)}
+def point(n: int, rate: float, se: float) -> dict:
+    return {"iteration": n, "rate": rate, "se": se, "tasks": 5, "attempts": 20, "resolved": round(20 * rate),
+            "reward_mean": rate}
 
 
-def test_a_learning_directory_plots_its_stages_and_curves(tmp_path):
-    result = {"train": {"base": rate(0, 0), "warm": rate(0.1, 0.05), "rl": rate(0.3, 0.08), "flipped": rate(0.05, 0.03)},
-              "heldout": {"base": rate(0, 0), "warm": rate(0.05, 0.03)},
-              "curves": {"rl": [{"iteration": 1, "reward_mean": 0.1}, {"iteration": 2, "reward_mean": 0.25}],
-                         "flipped": [{"iteration": 1, "reward_mean": 0.1}]}, "ok": True}
+def test_a_learning_directory_plots_its_curves_and_gains(tmp_path):
+    result = {"runs": {
+        "rl": {"curve": [point(1, 0.3, 0.1), point(2, 0.45, 0.1)],
+               "gain": {"tasks": 5, "mean": 0.2, "se": 0.05, "threshold": 0.1, "significant": True}},
+        "flipped": {"curve": [point(1, 0.3, 0.1), point(2, 0.2, 0.08)],
+                    "gain": {"tasks": 5, "mean": -0.1, "se": 0.06, "threshold": 0.12, "significant": False}}},
+        "ok": True}
     (tmp_path / "learning.json").write_text(json.dumps(result))
     (tmp_path / "rl").mkdir()
     (tmp_path / "rl" / "metrics.jsonl").write_text("")  # the stages' runs inside do not make DIR a train run
     assert run_kind(tmp_path) == "learning"
     html = write_report(tmp_path).read_text()
-    for name in ("learning_rates.png", "learning_reward.png"):
+    for name in ("learning_iterations.png", "learning_gain.png"):
         assert Image.open(tmp_path / "report" / name).size == (900, 500)
         assert f'src="report/{name}"' in html
-    result["curves"] = {"rl": [], "flipped": []}
-    (tmp_path / "learning.json").write_text(json.dumps(result))
+    (tmp_path / "learning.json").write_text(json.dumps({"band": {"kept": 0}, "ok": False}))
     html = write_report(tmp_path).read_text()
     assert "Skipped: learning.json has no training iterations yet" in html
-    assert not (tmp_path / "report" / "learning_reward.png").exists()
+    assert "Skipped: learning.json has no final evaluation yet" in html
+    assert not (tmp_path / "report" / "learning_iterations.png").exists()

@@ -85,3 +85,17 @@ def test_a_second_run_reuses_the_warm_start_and_a_changed_setting_trains_it_agai
             Trainer(config(tmp_path, demos, "train.iterations=1", extra), tmp_path / name, progress=False,
                     make_rollouts=memory_rollouts).run()
     assert len(calls) == 2
+
+
+def test_ensure_warm_start_makes_the_entry_a_trainer_then_reuses(tiny, demos, tmp_path, monkeypatch):
+    from patchgym.train.warm_cache import ensure_warm_start
+
+    cfg = config(tmp_path, demos, "train.iterations=1")
+    made = ensure_warm_start(cfg)
+    assert made.key == key_of(fields(cfg, demos)) and made.line["warm_start"]["optimizer_steps"] == 2
+    assert ensure_warm_start(cfg) == made  # found, not trained again
+    monkeypatch.setattr(LocalPolicy, "warm_start", lambda *a, **k: pytest.fail("the warm start ran again"))
+    Trainer(cfg, tmp_path / "run", progress=False, make_rollouts=memory_rollouts).run()
+    assert read_metrics(tmp_path / "run")[0]["warm_start"]["cached"] == made.key
+    a, b = weights(made.path), weights(list_checkpoints(tmp_path / "run")[0])
+    assert all(torch.equal(a[k], b[k]) for k in a)
