@@ -72,6 +72,8 @@ HEAVY = {
     "inference/test_hf.py::test_agenerate": "batched generation from many threads",
     "inference/test_hf.py::test_eight_threads": "batched generation from many threads",
     "agent/test_check_tokens.py::test_the_command_exits_0_when_both_hold_and_1_otherwise": "the CLI loads a model",
+    "train/test_train_qwen3.py::test_two_grpo_pp_iterations_and_a_resume_with_exact_tokens":
+        "two GRPO++ trainer runs per setting (in memory, but 10-25 s each)",
 }
 
 

@@ -58,16 +58,25 @@ def test_a_format_error_is_recorded_without_a_call(scripted):
 
 def test_the_context_limit_is_checked_before_each_generation(scripted):
     one = episode(scripted([VIEW]), max_steps=1).turns[0]
-    no_room = episode(scripted([VIEW]), max_context_tokens=len(one.prompt_ids))
+    prompt, turn = len(one.prompt_ids), len(one.prompt_ids + one.completion_ids + one.close_ids)
+    assert one.finish_reason == "stop"
+    no_room = episode(scripted([VIEW]), max_context_tokens=prompt)
     assert (no_room.termination, no_room.steps) == ("max_context", 0)
-    cut = episode(scripted([VIEW]), max_context_tokens=len(one.prompt_ids) + 10)
+    # Room for one turn but not for the observation after it.
+    one_turn = episode(scripted([VIEW]), max_context_tokens=turn + 5)
+    assert (one_turn.termination, one_turn.steps) == ("max_context", 1)
+    # A turn is cut to fit: the completion gets only the room left, and the closing is appended unsampled.
+    cut = episode(scripted([VIEW]), max_context_tokens=prompt + 10)
     assert cut.turns[0].finish_reason == "length" and len(cut.turns[0].completion_ids) == 10
+    assert cut.termination == "max_context"
 
 
 def test_a_dead_env_is_an_infra_error_and_the_partial_record_is_saved(scripted, tmp_path):
     trajectory = episode(scripted([VIEW]), env=MemoryEnv(die_on_step=2), save_path=tmp_path / "t.json")
     assert trajectory.termination == "infra_error" and "died at step 2" in trajectory.error
     assert trajectory.steps == 2 and not trajectory.scored
+    # The step that died has no observation, and the conversation ends with the action it was given.
+    assert trajectory.turns[-1].observation == "" and trajectory.messages[-1]["role"] == "assistant"
     assert Trajectory.load(tmp_path / "t.json").termination == "infra_error"
 
 

@@ -1,5 +1,8 @@
 """Qwen3 in a real sandbox: a thinking scripted fixer with native tool calls resolves the tiny task with exact tokens,
-and the random Qwen3ForCausalLM plays text-format turns there through the hf engine, check-tokens clean."""
+and the random Qwen3ForCausalLM plays text-format turns there through the hf engine, check-tokens clean.
+
+On docker only: what is proven is the model's tokens and tool format, not the backend (each backend's sandbox and
+environment contracts are tests/sandbox's and tests/env/test_swe_env.py's)."""
 
 import pytest
 
@@ -12,6 +15,8 @@ from patchgym.inference.chat_template import configure_tokenizer
 from patchgym.inference.hf import HFEngine
 from patchgym.inference.models import tiny_qwen3_model
 from patchgym.sandbox import SandboxConfig
+
+pytestmark = pytest.mark.parametrize("backend", ["docker"], indirect=True)
 
 
 @pytest.fixture

@@ -1,6 +1,10 @@
-"""`patchgym grade` on a real task: one JSON object with the verdict per test."""
+"""`patchgym grade` on a real task: one JSON object with the verdict per test.
+
+The command's verdict runs on docker only: grading on each backend is tests/env/test_grader.py's."""
 
 import json
+
+import pytest
 
 from typer.testing import CliRunner
 
@@ -8,6 +12,7 @@ from patchgym.cli import app
 from patchgym.tasks import write_tasks
 
 
+@pytest.mark.parametrize("backend", ["docker"], indirect=True)
 def test_grade_command_prints_the_verdict_as_json(backend, tiny_task, tmp_path):
     write_tasks([tiny_task], tmp_path / "tasks.jsonl")
     (tmp_path / "fix.diff").write_text(tiny_task.patch)

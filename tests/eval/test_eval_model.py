@@ -1,5 +1,8 @@
 """`patchgym eval` with real models: SmolLM2 on the CI task set (every file written, the token check passes), and
-Ctrl-C in the middle of a tiny-model run (whole lines, no sandbox left, the rerun resumes)."""
+Ctrl-C in the middle of a tiny-model run (whole lines, no sandbox left, the rerun resumes).
+
+On docker only: that Ctrl-C leaves no sandbox on each backend is tests/sandbox/test_lifecycle.py's (8 concurrent
+sandboxes, SIGINT and SIGKILL); what is proven here is the eval's own: whole lines, and a rerun that resumes."""
 
 import json
 import os
@@ -16,9 +19,8 @@ from patchgym.sandbox.reaper import leftovers
 from patchgym.tasks import write_tasks
 
 
+@pytest.mark.parametrize("backend", ["docker"], indirect=True)
 def test_smollm2_on_the_ci_tasks_writes_every_file_and_its_tokens_check(backend, ci_tasks, tmp_path):
-    if backend != "docker":
-        pytest.skip("one backend is enough for the model path (both run the reference policies)")
     tasks = ci_tasks[:1]  # one task, two runs: what pass@k and the files need, in the suite's time
     write_tasks(tasks, tmp_path / "tasks.jsonl")
     run = tmp_path / "run"
@@ -53,6 +55,7 @@ def _eval_command(tasks, run, backend):
             "agent.max_steps=3", "agent.sampling.max_new_tokens=64", "rollout.max_sandboxes=2"]
 
 
+@pytest.mark.parametrize("backend", ["docker"], indirect=True)
 def test_ctrl_c_leaves_whole_lines_and_no_sandbox_and_the_rerun_resumes(backend, tiny_task, tmp_path):
     write_tasks([tiny_task], tmp_path / "tasks.jsonl")
     run_id = f"ctrl-c-{os.getpid()}-{backend}"

@@ -1,6 +1,11 @@
-"""End to end through the rollout engine, tools and grader: the oracle resolves every task, the null policy none."""
+"""End to end through the rollout engine, tools and grader: the oracle resolves every task, the null policy none.
+
+On docker only: nothing here depends on the backend (the grader's contract on each backend is
+tests/env/test_grader.py's, the environment's tests/env/test_swe_env.py's)."""
 
 import json
+
+import pytest
 
 from typer.testing import CliRunner
 
@@ -12,6 +17,8 @@ from patchgym.sandbox import SandboxConfig
 from patchgym.tasks import write_tasks
 
 GRADE_ALL = RolloutConfig(grade_empty_patches=True)  # so null's unchanged repo really runs the tests and fails
+
+pytestmark = pytest.mark.parametrize("backend", ["docker"], indirect=True)
 
 
 def test_oracle_resolves_and_null_does_not(backend, tiny_task, tmp_path):

@@ -10,15 +10,26 @@ import pytest
 
 from patchgym.inference.base import SamplingParams
 from patchgym.inference.hf import HFEngine
-from patchgym.inference.models import load_model, smollm2_dir
+from patchgym.inference.models import load_model, load_tokenizer, smollm2_dir
 
 
 @pytest.fixture(scope="module")
-def smollm2():
+def smollm2_cached():
+    """SmolLM2's converted directory, made once (or the test is skipped when it cannot be fetched)."""
     try:
-        smollm2_dir()  # the one-time conversion is not what we time
+        return smollm2_dir()
     except (subprocess.CalledProcessError, OSError) as exc:
         pytest.skip(f"SmolLM2 is not cached and cannot be fetched: {exc}")
+
+
+@pytest.fixture(scope="module")
+def smollm2_tokenizer(smollm2_cached):
+    """SmolLM2's tokenizer alone (no weights): the one load_model("smollm2") returns."""
+    return load_tokenizer("smollm2")
+
+
+@pytest.fixture(scope="module")
+def smollm2(smollm2_cached):  # the one-time conversion is not what we time
     start = time.perf_counter()
     model, tokenizer = load_model("smollm2")
     assert time.perf_counter() - start < 30
@@ -33,9 +44,9 @@ def test_smollm2_cache_is_plain_safetensors_without_sampling_defaults():
     assert list(smollm2_dir().glob("*.safetensors"))
 
 
-def test_smollm2_tokens_and_template(smollm2):
+def test_smollm2_tokens_and_template(smollm2_tokenizer):
     """What the GGUF carries matches SmolLM2-Instruct's own tokenizer: ChatML ids and special tokens."""
-    _, tok = smollm2
+    tok = smollm2_tokenizer
     assert (tok.bos_token, tok.eos_token, tok.pad_token, tok.unk_token) == (
         "<|im_start|>",
         "<|im_end|>",
@@ -67,7 +78,7 @@ def test_smollm2_answers_and_tokens_round_trip_through_the_template(smollm2):
     assert full == prompt + gen.token_ids + tok("\n")["input_ids"]
 
 
-def test_smollm2_loads_with_the_network_off(smollm2):
+def test_smollm2_loads_with_the_network_off(smollm2_cached):
     """Once cached, loading needs no hub and no PyPI: run it in a process where both are switched off."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PIP_NO_INDEX": "1", "HTTPS_PROXY": "http://127.0.0.1:9"}
     code = "from patchgym.inference.models import load_model; m, t = load_model('smollm2'); print(t.eos_token)"

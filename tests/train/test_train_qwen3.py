@@ -1,19 +1,26 @@
-"""A Qwen3-architecture model (random weights, Qwen3's real template with thinking) trains two GRPO++ iterations on
-the tiny task in Docker in both history modes, the second after a resume, with 0 token mismatches in what it
-trained on."""
+"""A Qwen3-architecture model (random weights, Qwen3's real template with thinking) trains two GRPO++ iterations in
+both history modes, with thinking on and off, the second after a resume, with 0 token mismatches in what it trained
+on.
+
+One setting runs on the tiny task in Docker (the trainer's own rollouts, real sandboxes and grading). The other two
+play in the in-memory env (tests/memory_env.py): the random model never writes a tool call, so every step is a format
+error that both envs answer with the same parser's message, no patch is made and nothing is graded; what those settings
+prove (the history mode's re-rendering, thinking off's empty think blocks, the check) lies in the tokens, not the
+sandbox."""
 
 import json
 from pathlib import Path
 
 import pytest
-
 from typer.testing import CliRunner
 
+from memory_env import MemoryEnv, memory_grade, memory_task
 from patchgym.agent.check_tokens import check_run
 from patchgym.cli import app
 from patchgym.config import load_config
 from patchgym.inference.chat_template import configure_tokenizer
 from patchgym.inference.models import qwen3_tokenizer
+from patchgym.rollout import RolloutEngine
 from patchgym.tasks import write_tasks
 from patchgym.train.loop import Trainer
 from patchgym.train.metrics import read_metrics
@@ -21,14 +28,15 @@ from patchgym.train.metrics import read_metrics
 GRPO_PP = Path(__file__).resolve().parents[2] / "configs" / "grpo++.yaml"
 
 
-@pytest.mark.parametrize("history, thinking", [("keep", True), ("template", True), ("keep", False)])
-def test_two_grpo_pp_iterations_and_a_resume_with_exact_tokens(backend, tiny, tiny_task, qwen3_template_path,
-                                                               tmp_path, history, thinking):
-    if backend != "docker":
-        pytest.skip("the loop test runs on the docker backend")
+def memory_rollouts(config, agent, *, run_dir, progress):
+    return RolloutEngine(agent, config.sandbox, config.rollout, run_dir=run_dir, progress=progress,
+                         make_env=lambda pools: MemoryEnv(), grader=memory_grade)
+
+
+def two_iterations_and_a_resume(task, template_path, tmp_path, history, thinking, **trainer):
     tasks_file = tmp_path / "tasks.jsonl"
-    write_tasks([tiny_task], tasks_file)
-    template = str(qwen3_template_path("qwen3"))
+    write_tasks([task], tasks_file)
+    template = str(template_path("qwen3"))
     overrides = [
         "inference.model=tiny-qwen3", f"inference.chat_template={template}",
         f"inference.chat_template_kwargs={{enable_thinking: {str(thinking).lower()}}}", f"agent.history={history}",
@@ -40,8 +48,8 @@ def test_two_grpo_pp_iterations_and_a_resume_with_exact_tokens(backend, tiny, ti
         # entropy term, every row still runs forward and backward through the policy update.
         "algorithm.compact_filter=false", "algorithm.entropy_coef=0.001"]
     run = tmp_path / "run"
-    Trainer(load_config([GRPO_PP], [*overrides, "train.iterations=1"]), run, progress=False).run()
-    Trainer(load_config([GRPO_PP], overrides), run, progress=False).run(resume=True)
+    Trainer(load_config([GRPO_PP], [*overrides, "train.iterations=1"]), run, progress=False, **trainer).run()
+    Trainer(load_config([GRPO_PP], overrides), run, progress=False, **trainer).run(resume=True)
     lines = read_metrics(run)
     assert [line["iteration"] for line in lines] == [1, 2]
     assert all(line["trajectories"] == 2 and line["terminations"] == {"max_steps": 2} for line in lines)
@@ -57,3 +65,16 @@ def test_two_grpo_pp_iterations_and_a_resume_with_exact_tokens(backend, tiny, ti
     # enable_thinking=false's empty think block in every generation prompt).
     command = CliRunner().invoke(app, ["check-tokens", str(run), "--model", "tiny-qwen3", "--json"])
     assert command.exit_code == 0 and json.loads(command.output.splitlines()[-1])["failed"] == 0, command.output
+
+
+@pytest.mark.parametrize("backend", ["docker"], indirect=True)
+def test_two_grpo_pp_iterations_and_a_resume_with_exact_tokens_in_docker(backend, tiny, tiny_task,
+                                                                         qwen3_template_path, tmp_path):
+    two_iterations_and_a_resume(tiny_task, qwen3_template_path, tmp_path, history="keep", thinking=True)
+
+
+@pytest.mark.parametrize("history, thinking", [("template", True), ("keep", False)])
+def test_two_grpo_pp_iterations_and_a_resume_with_exact_tokens(tiny, qwen3_template_path, tmp_path, history,
+                                                               thinking):
+    two_iterations_and_a_resume(memory_task(), qwen3_template_path, tmp_path, history, thinking,
+                                make_rollouts=memory_rollouts)
