@@ -8,7 +8,7 @@
 #   rollout       tokens/s of bare vLLM and of patchgym's VLLMEngine on the same prompts (target: >= 0.8x), per model
 #   train         FSDP2 policy update over every GPU (torchrun), MFU = 6*N*tokens / time / peak (target >= 40%), 1.7B
 #   sync_gather   the trainer's half of a weight push (FSDP2 gather + buckets through /dev/shm), checked byte for byte
-#   long_context  a 32K-token sequence with train.sequence_parallel = #GPUs ("not available" without branch sp)
+#   long_context  a 32K-token sequence with train.sequence_parallel = #GPUs
 #   sync          a weight push into a running VLLMEngine (NCCL on CUDA), per model
 # and a last line {"measure": "summary", ...}. A measure that fails says so in its line; the others still run.
 # --tiny: the same code on CPU with a 2-layer Qwen3, 2 gloo ranks, in under a minute; it skips the vLLM measures
@@ -26,7 +26,8 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-PY="${PYTHON:-python}"
+# The project's environment, as the make targets use it (`make install` makes .venv); PYTHON overrides it.
+if [ -z "${PYTHON:-}" ] && [ -x .venv/bin/python ]; then PY=.venv/bin/python; else PY="${PYTHON:-python}"; fi
 export PYTHONPATH="$PWD:$PWD/bench${PYTHONPATH:+:$PYTHONPATH}"
 if [ -z "$OUT" ]; then OUT="$(mktemp -d "${TMPDIR:-/tmp}/patchgym-gpu-bench-XXXXXX")"; fi
 mkdir -p "$OUT"

@@ -11,12 +11,10 @@ sync_gather: the trainer's half of a weight push without a server: gathered_weig
 tensor at a time) packed in buckets into a reused /dev/shm segment; every bucket is read back as the engine's
 worker reads it and compared with the model's weights. Seconds and the largest bucket.
 long_context: one 32K-token sequence (--tiny: 1K) through the policy update with train.sequence_parallel = N, when
-patchgym.train.sequence_parallel exists (branch `sp`) and N > 1; else "not available" / "skipped".
+N > 1; else "skipped".
 """
 
 import argparse
-import importlib.util
-import inspect
 import os
 import sys
 import time
@@ -123,16 +121,12 @@ def gather_measure(args, place, policy) -> dict:
 
 
 def long_measure(args, world: int) -> dict:
-    if importlib.util.find_spec("patchgym.train.sequence_parallel") is None:
-        raise Unavailable("patchgym.train.sequence_parallel is absent (branch `sp` is not merged here)")
     if world < 2:
         raise Unavailable(f"sequence parallelism needs 2 or more ranks, this run has {world}", status="skipped")
     from patchgym.rl.config import load_preset
     from patchgym.train.distributed import Distributed
     from patchgym.train.policy import LocalPolicy
 
-    if "sequence_parallel" not in inspect.signature(Distributed.from_env).parameters:
-        raise Unavailable("Distributed.from_env takes no sequence_parallel here")
     device = "cuda" if torch.cuda.is_available() and not args.tiny else "cpu"
     place = Distributed.from_env(device, sequence_parallel=world)
     config = make_config(args.model, place.device, world, args.long_len, sequence_parallel=world)
