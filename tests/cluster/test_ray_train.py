@@ -26,8 +26,8 @@ class EngineWatch(Trainer):
     """The Trainer, keeping what its engine actor and its trainer worker hold after setup and after each iteration,
     and the worker's node (the actors are gone once run returns)."""
 
-    def _setup(self, checkpoint):
-        state = super()._setup(checkpoint)
+    def _setup(self, checkpoint, **kwargs):
+        state = super()._setup(checkpoint, **kwargs)
         self.initial_weights = ray.get(self.policy.worker.state_dict.remote())
         return state
 

@@ -106,3 +106,35 @@ def test_eval_through_the_openai_engine_against_patchgym_serve_keeps_exact_token
     assert all(turn["exact"] and turn["completion_ids"] for r in records for turn in r["turns"])
     check = CliRunner().invoke(app, ["check-tokens", str(tmp_path / "run"), "--json"])
     assert check.exit_code == 0 and json.loads(check.stdout)["sampled_segments"] == sum(len(r["turns"]) for r in records)
+
+
+@pytest.mark.parametrize("backend", ["docker"], indirect=True)
+@pytest.mark.parametrize("engine", ["hf", "vllm"])
+def test_sigint_mid_generation_stops_the_eval_within_seconds_on_each_engine(backend, engine, tiny_task, tmp_path):
+    """SmolLM2 asked for 1,024-token turns (minutes of decoding on the hf engine's one thread): Ctrl-C while the first
+    turns decode cancels them instead of waiting for them, closes every sandbox, and (vllm) stops the server."""
+    import psutil
+
+    write_tasks([tiny_task], tmp_path / "tasks.jsonl")
+    run_id = f"sigint-{os.getpid()}-{engine}"
+    env = {**os.environ, "PATCHGYM_RUN_ID": run_id, "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-c", "from patchgym.cli import app; app()", "eval", "--tasks",
+               str(tmp_path / "tasks.jsonl"), "--engine", engine, "--model", "smollm2", "--runs", "2",
+               "--out", str(tmp_path / "run"), f"sandbox.backend={backend}", "agent.max_steps=2",
+               "agent.sampling.max_new_tokens=1024", "agent.sampling.temperature=1.0"]
+    child = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    deadline = time.monotonic() + 300
+    while len(leftovers(run_id)) < 2 and time.monotonic() < deadline:  # both episodes' sandboxes are up
+        assert child.poll() is None, child.stderr.read()
+        time.sleep(0.2)
+    time.sleep(3)  # the problem statement is read and the first turns are decoding
+    assert child.poll() is None and not (tmp_path / "run" / "trajectories.jsonl").exists()
+    family = [child.pid] + [p.pid for p in psutil.Process(child.pid).children(recursive=True)]
+    began = time.monotonic()
+    child.send_signal(signal.SIGINT)
+    child.wait(timeout=60)
+    stopped_s = time.monotonic() - began
+    assert stopped_s < 15, f"{engine}: the eval took {stopped_s:.1f} s to stop"
+    assert leftovers(run_id) == []
+    assert not [pid for pid in family if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
