@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: host install image k8s demo test bench learn clean
+.PHONY: host install image k8s demo test test-fast bench learn clean
 
 host:
 	bash scripts/setup-host.sh
@@ -36,6 +36,10 @@ k8s: host
 
 test: image k8s
 	$(BIN)/pytest
+
+# The fast tier, for your own loop: no sandbox, no server, in two worker processes.
+test-fast: install
+	$(BIN)/pytest -m "not sandbox" -n 2
 
 bench: image k8s
 	$(BIN)/python bench/sandbox.py
