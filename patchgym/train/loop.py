@@ -46,7 +46,8 @@ from patchgym.train.selection import group_of, select_training_batch, to_sample
 from patchgym.train.sft import (Demonstrations, DemonstrationError, rank_plans, read_demonstrations,
                                 warm_start_line)
 from patchgym.train.policy import LocalPolicy
-from patchgym.train.warm_cache import WarmStartHit, find_warm_start, key_of, store_warm_start, warm_start_fields
+from patchgym.train.warm_cache import (WarmStartHit, find_warm_start, key_of, link_warm_start, store_warm_start,
+                                       warm_start_fields)
 
 __all__ = ["Trainer", "TrainError", "console", "group_of", "select_training_batch", "to_sample"]
 
@@ -99,7 +100,10 @@ class Trainer:
                     metrics.write(record)
                 saved = self._checkpoint(state)
                 if warm_key is not None and cached is None and saved is not None:
-                    store_warm_start(*warm_key, saved, record)
+                    try:
+                        store_warm_start(*warm_key, saved, record)
+                    except OSError as exc:  # the run goes on; the next one trains its warm start again
+                        log.warning("train.warm_start.cache: the warm start was not kept: %s", exc)
             self.policy.sync(self.engine)
             if self.dist.main:
                 self.versions = PolicyVersions(state.iteration)
@@ -213,7 +217,8 @@ class Trainer:
         if self.dist.main and demonstrations is not None and self.train.warm_start.cache:
             fields = warm_start_fields(self.config, demonstrations.sequences, self.dist.world)
             key = key_of(fields)
-            answer = ((key, fields), find_warm_start(key))
+            hit = find_warm_start(key)
+            answer = ((key, fields), hit and link_warm_start(hit, self.out / "warm-start"))
         return self.dist.share(answer)
 
     def _warn_if_nothing_to_learn(self, n: int, signal: dict, batch: list[Trajectory]) -> None:

@@ -97,22 +97,37 @@ def find_warm_start(key: str, root: Path | None = None) -> WarmStartHit | None:
 
 def store_warm_start(key: str, fields: dict, checkpoint: Path, line: dict, root: Path | None = None) -> Path:
     """Keep `checkpoint`'s model (and adapter) under `key`; an entry already there is left as it is."""
-    root = root or warm_starts_dir()
-    entry = root / key
+    return _place((root or warm_starts_dir()) / key, checkpoint, {"key.json": json.dumps(fields, indent=1,
+                                                                                          sort_keys=True),
+                                                                  "line.json": json.dumps(line)})
+
+
+def link_warm_start(hit: WarmStartHit, target: Path) -> WarmStartHit:
+    """`hit` placed at `target` (hard links where the file system allows): a run loads its cached warm start from
+    its own directory, which its other ranks and a Ray trainer worker on another node see too, and the store may
+    be local to this machine."""
+    _place(target, hit.path, {"line.json": json.dumps(hit.line)})
+    return WarmStartHit(hit.key, target, hit.line)
+
+
+def _place(entry: Path, source: Path, texts: dict[str, str]) -> Path:
+    """`source`'s model/ (and adapter/) and the `texts` files written as `entry`, whole or not at all; an entry
+    already there is left as it is."""
     if (entry / "line.json").exists():
         return entry
-    root.mkdir(parents=True, exist_ok=True)
-    staging = root / f".tmp-{key}-{os.getpid()}"
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    staging = entry.parent / f".tmp-{entry.name}-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
     for part in ("model", "adapter"):
-        if (checkpoint / part).is_dir():
-            shutil.copytree(checkpoint / part, staging / part, copy_function=_link_or_copy)
-    (staging / "key.json").write_text(json.dumps(fields, indent=1, sort_keys=True))
-    (staging / "line.json").write_text(json.dumps(line))
+        if (source / part).is_dir():
+            shutil.copytree(source / part, staging / part, copy_function=_link_or_copy)
+    for name, text in texts.items():
+        (staging / name).write_text(text)
+    shutil.rmtree(entry, ignore_errors=True)  # an entry cut short before its line.json (a crash mid-copy)
     try:
         os.rename(staging, entry)
-    except OSError:  # another run stored the same key first
+    except OSError:  # another run placed the same entry first
         shutil.rmtree(staging, ignore_errors=True)
     return entry
 
@@ -147,7 +162,10 @@ def ensure_warm_start(config: Config, progress: bool = False) -> WarmStartHit:
     with tempfile.TemporaryDirectory(dir=_made(warm_starts_dir())) as tmp:  # the checkpoint layout, then its model
         saved = save_checkpoint(tmp, 0, policy.model, policy.tokenizer, state={"warm_started": True})
         store_warm_start(key, fields, saved, line)
-    return find_warm_start(key)
+    hit = find_warm_start(key)
+    if hit is None:
+        raise OSError(f"the warm start could not be kept in {warm_starts_dir() / key} (train.warm_start.cache)")
+    return hit
 
 
 def _made(path: Path) -> Path:

@@ -3,6 +3,7 @@ settings) and every later run that asks for the same starts from its model, with
 any change of what it depends on trains anew."""
 
 import dataclasses
+import json
 import shutil
 
 import pytest
@@ -94,8 +95,15 @@ def test_ensure_warm_start_makes_the_entry_a_trainer_then_reuses(tiny, demos, tm
     made = ensure_warm_start(cfg)
     assert made.key == key_of(fields(cfg, demos)) and made.line["warm_start"]["optimizer_steps"] == 2
     assert ensure_warm_start(cfg) == made  # found, not trained again
+    uncached = config(tmp_path, demos, "train.iterations=1", "train.warm_start.cache=false")
+    Trainer(uncached, tmp_path / "trained", progress=False, make_rollouts=memory_rollouts).run()
+    a, b = weights(made.path), weights(list_checkpoints(tmp_path / "trained")[0])
+    assert all(torch.equal(a[k], b[k]) for k in a)  # the same warm start as the Trainer's own
     monkeypatch.setattr(LocalPolicy, "warm_start", lambda *a, **k: pytest.fail("the warm start ran again"))
     Trainer(cfg, tmp_path / "run", progress=False, make_rollouts=memory_rollouts).run()
     assert read_metrics(tmp_path / "run")[0]["warm_start"]["cached"] == made.key
-    a, b = weights(made.path), weights(list_checkpoints(tmp_path / "run")[0])
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    # loaded from the run's own directory (what other ranks and nodes see), not from this machine's store
+    linked = tmp_path / "run" / "warm-start"
+    assert (linked / "model" / "config.json").exists() and json.loads((linked / "line.json").read_text()) == made.line
+    c = weights(list_checkpoints(tmp_path / "run")[0])
+    assert all(torch.equal(a[k], c[k]) for k in a)
