@@ -64,6 +64,7 @@ class VLLMEngine(OpenAIEngine):
         except (OSError, ValueError) as exc:  # no tokenizer files, or ones transformers cannot read
             raise VLLMServerError(f"cannot load the tokenizer of {spec}: {str(exc).splitlines()[0]}") from None
         tokenizer = configure_tokenizer(tokenizer, chat_template, chat_template_kwargs or {})
+        extra_args = list(extra_args)
         (self.workdir / "chat_template.jinja").write_text(tokenizer.chat_template)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -85,12 +86,12 @@ class VLLMEngine(OpenAIEngine):
             "--worker-extension-cls", EXTENSION,
             # On CPU, compiling takes a minute per start and gains little; on a GPU, CUDA graphs are worth it.
             *([] if torch.cuda.is_available() else ["--enforce-eager"]),
-            *cpu_layout(cpu_cores)[1],
+            *cpu_layout(cpu_cores, extra_args)[1],
             *extra_args,
         ]
         # DEV_MODE adds /collective_rpc and /reset_prefix_cache; the worker imports the extension from this patchgym.
         source = str(Path(patchgym.__file__).resolve().parents[1])
-        env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", **cpu_layout(cpu_cores)[0],
+        env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", **cpu_layout(cpu_cores, extra_args)[0],
                "PYTHONPATH": os.pathsep.join(filter(None, [source, os.environ.get("PYTHONPATH")]))}
         with open(self.log_path, "wb") as log:
             # Its own process group: vLLM's EngineCore and worker processes must die with it.
@@ -239,12 +240,19 @@ def model_dir(spec: str) -> Path:
     return smollm2_dir() if spec == "smollm2" else Path(spec)
 
 
-def cpu_layout(cores: int | str) -> tuple[dict[str, str], list[str]]:
+USER_LAYOUT_ARGS = ("--distributed-executor-backend", "--tensor-parallel-size", "-tp", "--pipeline-parallel-size",
+                    "-pp", "--data-parallel-size", "-dp")
+USER_LAYOUT_ENV = ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU")
+
+
+def cpu_layout(cores: int | str, extra_args: Iterable[str] = ()) -> tuple[dict[str, str], list[str]]:
     """(environment, server arguments) that run the CPU worker inside vLLM's engine process (the uni executor),
     its OpenMP threads bound one per core to this process's cores ("all") or the first N, none reserved. vLLM's own
     layout ("vllm", and any GPU machine) puts the worker in a process of its own, whose scheduler spins on a shared-
-    memory queue while the worker computes: it needs a core to itself, or it preempts the worker's threads."""
-    if cores == "vllm" or torch.cuda.is_available():
+    memory queue while the worker computes: it needs a core to itself, or it preempts the worker's threads. A layout
+    the user gave (parallelism or an executor in inference.vllm_args, or vLLM's binding variables) is left as is."""
+    own = any(a.split("=")[0] in USER_LAYOUT_ARGS for a in extra_args) or any(v in os.environ for v in USER_LAYOUT_ENV)
+    if cores == "vllm" or own or torch.cuda.is_available():
         return {}, []
     allowed = sorted(os.sched_getaffinity(0))
     count = len(allowed) if cores == "all" else int(cores)
