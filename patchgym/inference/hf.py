@@ -133,8 +133,9 @@ class HFEngine:
                 item = self._pending.get_nowait()
             except queue.Empty:
                 return
-            if item is not _CLOSE:
-                item.future.set_exception(RuntimeError("the engine is closed"))
+            if item is not _CLOSE and not item.future.cancelled():
+                with contextlib.suppress(InvalidStateError):
+                    item.future.set_exception(RuntimeError("the engine is closed"))
 
     def _check_prompt(self, prompt_ids: list[int]) -> None:
         if not prompt_ids:
@@ -158,7 +159,8 @@ class HFEngine:
                 except BaseException as exc:  # noqa: BLE001 - the caller, not this thread, decides what an error means
                     for request in arrivals + (self._batch.rows if self._batch is not None else []):
                         if not request.future.done():
-                            request.future.set_exception(exc)
+                            with contextlib.suppress(InvalidStateError):  # cancelled meanwhile
+                                request.future.set_exception(exc)
                     self._batch = None
 
     def _arrivals(self, accepting: bool) -> tuple[list[_Request], bool]:

@@ -268,27 +268,31 @@ def test_bad_requests_and_close(tiny):
 
 
 def test_a_cancelled_generation_leaves_the_batch_at_once_and_its_batch_mates_are_untouched(tiny, prompts):
-    """Ctrl-C cancels an agenerate: its row must not decode on to its token budget (a close would wait for it), and
-    the rows beside it must not see an error (setting the result of a cancelled Future raises)."""
+    """Ctrl-C cancels an agenerate. Its row must leave the batch at the next step, not decode on to its token budget
+    (close() would wait for that), and its end must not touch the rows still decoding beside it (setting the result
+    of a cancelled Future raises in the worker, which used to fail the whole batch)."""
     model, tokenizer = tiny
-    alone = HFEngine(model, tokenizer).generate(prompts[1], seeded(SAMPLED, 3))
+    mate = seeded(SamplingParams(temperature=1.0, max_new_tokens=400), 5)
+    alone = HFEngine(model, tokenizer).generate(prompts[1], mate)
     eng = HFEngine(model, tokenizer, max_batch=4)
-    endless = SamplingParams(temperature=1.0, max_new_tokens=model.config.max_position_embeddings - 64)
+    cancelled = eng.submit(prompts[0], seeded(SamplingParams(temperature=1.0, max_new_tokens=120), 1))
 
     async def run():
-        long = asyncio.ensure_future(eng.agenerate(prompts[0], endless))
-        short = await eng.agenerate(prompts[1], seeded(SAMPLED, 3))
-        long.cancel()
+        doomed = asyncio.wrap_future(cancelled)
+        beside = asyncio.wrap_future(eng.submit(prompts[1], mate))
+        await eng.agenerate(prompts[2], seeded(SAMPLED, 3))  # 24 steps in: the doomed row is mid-generation
+        doomed.cancel()
         with pytest.raises(asyncio.CancelledError):
-            await long
-        return short
+            await doomed
+        deadline = time.monotonic() + 1.0
+        while eng._batch is not None and any(r.future is cancelled for r in eng._batch.rows):
+            assert time.monotonic() < deadline, "the cancelled row is still being decoded"
+            await asyncio.sleep(0.001)
+        return await beside  # decodes past the cancelled row's own end (120 tokens)
 
-    short = asyncio.run(run())
-    deadline = time.monotonic() + 1.0  # ~1,900 more steps of the long row would take far longer than this
-    while eng._batch is not None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert eng._batch is None, "the cancelled row is still being decoded"
+    beside = asyncio.run(run())
+    assert cancelled.cancelled() and len(beside.token_ids) > 120
+    assert beside.token_ids == alone.token_ids and beside.logprobs == pytest.approx(alone.logprobs, abs=1e-4)
     began = time.monotonic()
     eng.close()
     assert time.monotonic() - began < 1.0
-    assert short.token_ids == alone.token_ids and short.logprobs == pytest.approx(alone.logprobs, abs=1e-4)
