@@ -46,6 +46,7 @@ bench: image k8s
 	$(BIN)/python bench/generation.py
 	$(BIN)/python bench/rollout.py
 	$(BIN)/python bench/vllm.py
+	$(BIN)/python bench/rollout_throughput.py
 	$(BIN)/python bench/kube_exec.py
 	$(BIN)/python bench/async.py
 	$(BIN)/python bench/grading.py --imported
