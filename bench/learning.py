@@ -19,7 +19,8 @@ Stages, each under --dir and skipped when done (a rerun resumes):
 The measure, per run: before = its iteration 1's rollouts (sampled by the warm policy, before any update, after the
 band was chosen, so the filter's own luck does not count), after = its final eval; the gain is the mean of per-task
 paired differences with its standard error over tasks (patchgym.eval.metrics.paired_gain). `ok`: the RL run's gain
-exceeds twice its standard error and the control's does not. Held-out tasks are reported as they are (warm and final
+exceeds twice its standard error and the control's does not. `ok_t` asks the same of Student's t at T - 1 degrees of
+freedom (T kept tasks), the stricter test with few tasks. Held-out tasks are reported as they are (warm and final
 rates with their standard error over tasks).
 
 DIR/learning.json holds the result line, which `patchgym report DIR` plots.
@@ -203,7 +204,8 @@ class Bench:
                                               if k in {t.instance_id for t in read_tasks(heldout)}}),
                 "runs": runs, "seconds": self.timings, "stages_s": round(sum(self.timings.values()), 1),
                 "this_run_s": round(time.monotonic() - began, 1),
-                "ok": runs["rl"]["gain"]["significant"] and not runs["flipped"]["gain"]["significant"]}
+                "ok": runs["rl"]["gain"]["significant"] and not runs["flipped"]["gain"]["significant"],
+                "ok_t": runs["rl"]["gain"]["t_significant"] and not runs["flipped"]["gain"]["t_significant"]}
 
 
 def outcomes(trajectories: Path) -> dict[str, list[bool]]:

@@ -83,5 +83,13 @@ def test_paired_gain_is_the_mean_of_per_task_differences_with_their_standard_err
     partial = paired_gain({**outcomes(0, 0.5), "gone": [True]}, {**outcomes(1.0), "new": [True]})
     assert (partial["tasks"], partial["mean"], partial["se"], partial["significant"]) == (1, 1.0, 0.0, False)
     assert paired_gain({}, {})["tasks"] == 0
+    # Student's t at T - 1 degrees of freedom: with 3 tasks the margin is 4.303 se, not 2; a zero spread is no evidence.
+    assert mixed["t_threshold"] == pytest.approx(4.303 * 0.220479, abs=1e-5) and not mixed["t_significant"]
+    assert same["significant"] and not same["t_significant"]
+    # d = 0.5, 0.5, 0.25, 0.25, 0.5 over 5 tasks: mean 0.4, sd^2 = (3 x 0.01 + 2 x 0.0225) / 4 = 0.01875, se = 0.061237
+    clear = paired_gain(outcomes(0, 0, 0.25, 0.25, 0), outcomes(0.5, 0.5, 0.5, 0.5, 0.5))
+    assert clear["se"] == pytest.approx(0.061237, abs=1e-6) and clear["t_threshold"] == pytest.approx(2.776 * 0.061237,
+                                                                                                     abs=1e-5)
+    assert clear["significant"] and clear["t_significant"]
     # A loss is never significant, however consistent.
     assert not paired_gain(outcomes(0.5, 0.75), outcomes(0.25, 0.5))["significant"]
