@@ -6,7 +6,7 @@ imports modules that only 4.x has, so neither fits in patchgym's environment. Th
 ~/.cache/patchgym); it is made with `python -m venv` and `pip install swebench==4.1.0` plus `swesmith==0.0.9
 --no-deps` (its imports need nothing beyond swebench's own dependencies). Measured here: 42 s on an idle machine,
 1 min 54 s on a busy one, 488 MB; each worker call then costs 3-6 s (importing swebench and swesmith).
-The worker (harness_worker.py) reads rows as JSON on stdin and writes specs as JSON on stdout.
+The worker (harness_worker.py) reads rows as JSON on stdin and writes specs, or SWE-smith verdicts, as JSON on stdout.
 """
 
 import json
@@ -60,6 +60,16 @@ def _create(root: Path, python: Path) -> None:
 
 def derive(kind: str, rows: list[dict]) -> list[dict]:
     """One answer per row: {"spec": {...}} or {"error": "why"} (see harness_worker.py)."""
+    return _ask(kind, rows)
+
+
+def smith_grade(rows: list[dict]) -> list[dict]:
+    """SWE-smith's own verdict per row (instance_id, repo, FAIL_TO_PASS, PASS_TO_PASS, log): {"report": {"statuses",
+    "found", "resolved"}} or {"error": "why"}."""
+    return _ask("smith_grade", rows)
+
+
+def _ask(kind: str, rows: list[dict]) -> list[dict]:
     if not rows:
         return []
     python = ensure_venv()

@@ -5,9 +5,12 @@ It imports nothing from patchgym, so the official packages' code is the only thi
   and instance_image_key (namespace "swebench"), MAP_REPO_TO_PARSER and FAIL_ONLY_REPOS;
 - SWE-rebench rows: the same functions with the row's install_config in place of the table entry, which is what the
   SWE-rebench fork's make_test_spec does (`specs = instance['install_config']`);
-- SWE-smith rows: the repo profile's test command and test files (swesmith.profiles.registry).
+- SWE-smith rows: the repo profile's test command and test files (swesmith.profiles.registry), every language's;
+- SWE-smith verdicts ("smith_grade"): a test log read by swesmith's own read_test_output, its profile's log_parser
+  and get_eval_report, for profiles whose parser patchgym does not hold (every one but the Python profiles' default).
 make_test_spec itself is not called: it also builds the env script, which fetches requirements from GitHub.
-stdin: {"kind": "classic"|"rebench"|"smith", "rows": [row, ...]}; stdout: [{"spec": {...}} | {"error": "why"}, ...].
+stdin: {"kind": "classic"|"rebench"|"smith"|"smith_grade", "rows": [row, ...]};
+stdout: [{"spec": {...}} | {"report": {...}} | {"error": "why"}, ...].
 """
 
 import json
@@ -50,31 +53,63 @@ def classic_spec(row: dict, install_config: dict | None = None) -> dict:
 
 
 def smith_spec(row: dict) -> dict:
-    from swesmith.profiles import registry
     from swesmith.profiles.python import PythonProfile
 
+    profile = _profile(row)
+    # The Python profiles' default parser is ported (patchgym's "swesmith"); any other is run here at grading time.
+    ported = isinstance(profile, PythonProfile) and type(profile).log_parser is PythonProfile.log_parser
     try:
-        profile = registry.get_from_inst(row)
+        test_cmd, _ = profile.get_test_cmd(row)
+        f2p_files, p2p_files = profile.get_test_files(row)
+    except Exception as exc:  # e.g. GoProfile lists test files from a clone of its GitHub mirror
+        raise Refused(f"profile {type(profile).__name__} cannot list its test files offline "
+                      f"({type(exc).__name__}: {str(exc)[:200]})") from None
+    return {"test_cmd": test_cmd, "test_files": sorted(set(f2p_files + p2p_files)), "image": profile.image_name,
+            "timeout": profile.timeout, "parser": "swesmith" if ported else "swesmith-profile",
+            "profile": type(profile).__name__}
+
+
+def smith_grade(row: dict) -> dict:
+    """SWE-smith's verdict on a test log: `row` has instance_id, repo, FAIL_TO_PASS, PASS_TO_PASS and `log`, the
+    eval script's marked test output (patchgym's trusted section, between the start and end markers)."""
+    import tempfile
+
+    from swesmith.constants import TEST_OUTPUT_END, TEST_OUTPUT_START
+    from swesmith.harness.grading import get_eval_report, read_test_output
+
+    profile = _profile(row)
+    inst = {k: row[k] for k in ("instance_id", "repo", "FAIL_TO_PASS", "PASS_TO_PASS")}
+    # The log as swesmith's eval.sh writes it under `set -x`: its markers are traced `+ : '<marker>'` lines.
+    section = row["log"].split(TEST_OUTPUT_START, 1)[-1].split(TEST_OUTPUT_END, 1)[0]
+    text = f"+ : '{TEST_OUTPUT_START}'\n{section}\n+ : '{TEST_OUTPUT_END}'\n"
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        output, found = read_test_output(f.name)
+        statuses = profile.log_parser(output) if found else {}
+        report = get_eval_report({"model_patch": "patch"}, inst, f.name)
+    return {"statuses": statuses, "found": found, "resolved": bool(report.get("resolved"))}
+
+
+def _profile(row: dict):
+    from swesmith.profiles import registry
+
+    try:
+        return registry.get_from_inst(row)
     except KeyError:
         raise Refused(f"swesmith knows no repo profile {row.get('repo')!r}") from None
-    if not isinstance(profile, PythonProfile) or type(profile).log_parser is not PythonProfile.log_parser:
-        # patchgym ports only the Python profiles' default parser (parsers.py "swesmith").
-        raise Refused(f"profile {type(profile).__name__} parses logs its own way; only the Python profiles' "
-                          "default pytest parser is supported")
-    test_cmd, _ = profile.get_test_cmd(row)
-    f2p_files, p2p_files = profile.get_test_files(row)
-    return {"test_cmd": test_cmd, "test_files": sorted(set(f2p_files + p2p_files)), "image": profile.image_name,
-            "timeout": profile.timeout}
 
 
 def main() -> None:
     request = json.load(sys.stdin)
-    derive = {"classic": classic_spec, "smith": smith_spec,
-              "rebench": lambda row: classic_spec(row, row["install_config"])}[request["kind"]]
+    kind = request["kind"]
+    derive = {"classic": classic_spec, "smith": smith_spec, "smith_grade": smith_grade,
+              "rebench": lambda row: classic_spec(row, row["install_config"])}[kind]
+    key = "report" if kind == "smith_grade" else "spec"
     answers = []
     for row in request["rows"]:
         try:
-            answers.append({"spec": derive(row)})
+            answers.append({key: derive(row)})
         except Exception as exc:  # the official code raises many types (KeyError, AssertionError); each is the row's
             answers.append({"error": str(exc) if isinstance(exc, Refused) else f"{type(exc).__name__}: {exc}"})
     json.dump(answers, sys.stdout)

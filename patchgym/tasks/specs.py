@@ -5,9 +5,11 @@ dataset's own harness derives it.
   test command's exit code. Needs the extra: pip install 'patchgym[swebench]'.
 - swebench-classic, swegym, rebench: swebench 4.1.0's own code in its cached venv (harness_venv.py) writes a
   v5-shaped row, which then goes through the v5 path like any v5 row.
-- smith: the repo profile's image, test command and test files from swesmith (same venv); the script is SWE-smith's
-  eval.sh with the checkout its harness does first (see smith_eval_script). The agent's sandbox must start on the
-  instance's branch (`git checkout <instance_id>`), as SWE-smith's harness does before anything else.
+- smith: the repo profile's image, test command and test files from swesmith (same venv), for a profile of any
+  language; the script is SWE-smith's eval.sh with the checkout its harness does first (see smith_eval_script). The
+  agent's sandbox must start on the instance's branch (`git checkout <instance_id>`), as SWE-smith's harness does
+  before anything else. The Python profiles' default parser is ported ("swesmith"); every other profile's parser
+  runs in that venv when a log is graded ("swesmith-profile", env/grading/smith_harness.py).
 - r2egym: the image's run_tests.sh over /r2e_tests, as R2E-Gym's DockerRuntime runs it.
 Every script prints SWE-bench's `>>>>> Start/End Test Output` markers around the test command's output and the
 command's exit code after the end marker, so the grader can slice any family's log the same way.
@@ -22,6 +24,8 @@ START, END = ">>>>> Start Test Output", ">>>>> End Test Output"
 EXIT_CODE, EXIT_CODE_VAR = ">>>>> Test Exit Code", "SWEBENCH_TEST_EXIT_CODE"  # swebench 5's constants
 # Parsers the loaders may name besides swebench's PARSER_REGISTRY names; parsers.py registers each one.
 FAMILY_PARSERS = ("r2egym", "swesmith")
+SMITH_PROFILE_PARSER = "swesmith-profile"  # the row's swesmith profile parses its log, in the harness venv
+SMITH_REMOVAL = "Remove F2P Tests"  # the subject of the commit SWE-smith adds to a branch to hide the F2P test files
 R2E_HIDDEN = ("/r2e_tests", "/testbed/run_tests.sh")  # R2E-Gym moves both out of the agent's reach (SKIP_FILES_NEW)
 
 Spec = dict  # the Task fields a spec sets
@@ -59,16 +63,20 @@ def v5_spec(row: dict) -> Spec:
 def smith_eval_script(instance_id: str, test_cmd: str, test_files: list[str]) -> str:
     """SWE-smith's eval, run on the agent's tree (the instance branch's tip plus the candidate patch).
 
-    Its harness checks out the branch, then `HEAD~1` (the tip only removes the F2P test files), applies the patch and
-    resets the patch's edits to the F2P/P2P test files, then runs eval.sh: `cd /testbed`, markers, test command.
-    Here the patch is already on the tip, so the files the tip's commit changed and the test files are checked out
-    from `<branch>~1`: the same tree.
+    A branch holds the bug commit and, where the profile lists the F2P tests' files, a last commit that removes them.
+    SWE-smith's harness checks out the branch, then `HEAD~1` (the bug commit), applies the patch and resets the
+    patch's edits to the F2P/P2P test files, then runs eval.sh: `cd /testbed`, markers, test command. Here the patch
+    is already on the tip, so when the tip is that removal commit, the files it changed and the test files are checked
+    out from `<branch>~1`: the same tree. A branch without it (the harness's `HEAD~1` would be the clean snapshot,
+    under the bug) is graded at its tip, with only the test files reset.
     """
-    bug = shlex.quote(f"{instance_id}~1")
-    restore = [f"removed=$(git diff --name-only {bug} {shlex.quote(instance_id)})",
-               f'if [ -n "$removed" ]; then git checkout {bug} -- $removed; fi']
+    tip, bug = shlex.quote(instance_id), shlex.quote(f"{instance_id}~1")
+    restore = [f"if [ \"$(git log -1 --format=%s {tip})\" = {shlex.quote(SMITH_REMOVAL)} ]; then",
+               f"  removed=$(git diff --name-only {bug} {tip})",
+               f'  if [ -n "$removed" ]; then git checkout {bug} -- $removed; fi',
+               f"  base={bug}", f"else base={tip}; fi"]
     if test_files:
-        restore.append(f"git checkout {bug} -- {' '.join(map(shlex.quote, test_files))}")
+        restore.append(f"git checkout \"$base\" -- {' '.join(map(shlex.quote, test_files))}")
     return _script(["cd /testbed", *restore], test_cmd)
 
 
@@ -150,7 +158,7 @@ def _via_swesmith(rows: list[dict]) -> list[Spec | TaskError]:
         # carry the harness's local name (no namespace), and then the image is the profile's (rp.image_name).
         image = row.get("image") or ""  # the converted fields: image_name is `image` here
         results.append(dict(eval_script=smith_eval_script(row["instance_id"], spec["test_cmd"], spec["test_files"]),
-                            image=image if "/" in image else spec["image"], log_parser="swesmith",
+                            image=image if "/" in image else spec["image"], log_parser=spec["parser"],
                             eval_type="pass_and_fail"))
     return results
 

@@ -123,6 +123,21 @@ def test_r2egym_spec_hides_the_tests(tmp_path):
     assert task.eval_script == r2e_eval_script()
 
 
+def test_smith_profiles_of_other_languages_import_with_their_own_parser(tmp_path):
+    """A JavaScript profile's row takes its test command and image from swesmith and names the profile's own parser
+    (run in the harness venv when a log is graded); Go's profile lists test files from a clone of its GitHub mirror,
+    so offline its row is refused with the profile named."""
+    js = smith_row() | {"repo": "swesmith/mholt__PapaParse.b10b87ef", "instance_id": "mholt__PapaParse.b10b87ef.x__1",
+                        "image_name": "swebench/swesmith.x86_64.mholt_1776_papaparse.b10b87ef"}
+    go = smith_row() | {"repo": "swesmith/spf13__pflag.1c62fb28", "instance_id": "spf13__pflag.1c62fb28.x__1"}
+    result = import_tasks("smith", write_jsonl(tmp_path / "s.jsonl", [js, go]))
+    (task,) = result.tasks
+    assert task.log_parser == "swesmith-profile" and task.image == js["image_name"]
+    assert task.eval_script == smith_eval_script(js["instance_id"], "npm test", [])
+    assert len(result.errors) == 1 and "profile PFlag cannot list its test files offline" in (
+        result.errors[0]), result.errors
+
+
 def test_smith_script_restores_the_removed_tests_and_records_the_exit_code(tmp_path):
     """Real bash and git on a branch laid out as SWE-smith's: bug commit, then a commit removing the F2P tests."""
     repo = tmp_path / "testbed"
@@ -141,6 +156,32 @@ def test_smith_script_restores_the_removed_tests_and_records_the_exit_code(tmp_p
     log = subprocess.run(["bash", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True).stdout
     sliced = log.split(START)[1].split(END)[0]
     assert "test" in sliced and ">>>>> Test Exit Code: 1" in log.split(END)[1]
+
+
+def test_smith_script_on_a_branch_without_a_removal_commit_grades_the_tip(tmp_path):
+    """A branch holding only the bug commit (SWE-smith makes no removal commit where the profile lists no F2P test
+    files, as its JavaScript profiles do): `<branch>~1` is the clean snapshot, so restoring from it would undo the bug
+    and resolve any patch. The script grades the tip, resetting only the test files the patch edited."""
+    repo = tmp_path / "testbed"
+    repo.mkdir()
+
+    def git(*a):
+        return subprocess.run(["git", "-C", str(repo), "-c", "user.name=a", "-c", "user.email=a@b", *a], check=True,
+                              capture_output=True)
+
+    git("init", "-q", "-b", "main")
+    (repo / "code.js").write_text("clean\n")
+    (repo / "t.js").write_text("the test\n")
+    git("add", ".")
+    git("commit", "-qm", "Initial commit")
+    git("checkout", "-qb", "inst")
+    (repo / "code.js").write_text("buggy\n")
+    git("commit", "-qam", "Bug Patch")
+    (repo / "t.js").write_text("a test the patch rewrote\n")  # the candidate's edit to a test file
+    script = smith_eval_script("inst", "cat code.js t.js", ["t.js"]).replace("cd /testbed", f"cd {repo}")
+    log = subprocess.run(["bash", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True).stdout
+    sliced = log.split(START)[1].split(END)[0]
+    assert "buggy" in sliced and "clean" not in sliced and "the test" in sliced and "rewrote" not in sliced
 
 
 def test_every_loader_parser_is_registered():

@@ -23,12 +23,13 @@ import secrets
 import shlex
 import time
 
-from patchgym.env.grading import harness, parsers, report, swebench_harness, tape
+from patchgym.env.grading import harness, parsers, report, smith_harness, swebench_harness, tape
 from patchgym.env.grading.grade import Grade
 from patchgym.env.workspace import PatchApplyError, apply_patch, check_out_start
 from patchgym.sandbox import Sandbox, SandboxConfig, SandboxError, open_sandbox
 from patchgym.sandbox.pool import PoolSet
 from patchgym.tasks import Task, TaskError
+from patchgym.tasks.specs import SMITH_PROFILE_PARSER
 
 PASSING = ("PASSED", "XFAIL")
 REPORT_PARSER = "patchgym_report"
@@ -201,7 +202,11 @@ def _grade_imported(sandbox: Sandbox, task: Task, patch: str, timeout: float) ->
         return grade.model_copy(update={"error": "no_tests_ran", "error_detail": "the eval script never printed "
                                         f"its test output markers; log tail:\n{run.output[-2000:]}"})
     official = swebench_harness.is_swebench_parser(task.log_parser)
-    statuses, _, _ = (swebench_harness.official_report if official else harness.harness_report)(task, log)
+    smith = task.log_parser == SMITH_PROFILE_PARSER
+    if smith:  # the profile's own parser and verdict, in the harness venv
+        statuses, _, smith_resolved = smith_harness.smith_report(task, log)
+    else:
+        statuses, _, _ = (swebench_harness.official_report if official else harness.harness_report)(task, log)
     code = harness.test_exit_code(log)
     grade.exit_code = run.exit_code if code is None else code
     if pytest_row:
@@ -218,7 +223,8 @@ def _grade_imported(sandbox: Sandbox, task: Task, patch: str, timeout: float) ->
         return grade.model_copy(update={"error": "no_tests_ran", "error_detail": "no test results in the marked "
                                         f"output; log tail:\n{log[-2000:]}"})
     return grade.model_copy(update={
-        "resolved": (swebench_harness.official_resolved if official else harness.harness_resolved)(task, statuses),
+        "resolved": smith_resolved if smith else (swebench_harness.official_resolved if official
+                                                  else harness.harness_resolved)(task, statuses),
         "tests": statuses,
         "f2p": {t: statuses.get(t, "MISSING") for t in task.FAIL_TO_PASS},
         "p2p": {t: statuses.get(t, "MISSING") for t in task.PASS_TO_PASS}})
