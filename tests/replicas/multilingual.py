@@ -10,15 +10,12 @@ The image is Node.js (Debian's) with the repository at /testbed, its dev depende
 (git-ignored), as SWE-bench's JavaScript images hold a repository after `npm ci`.
 """
 
-import json
 import re
 import shutil
-import subprocess
-import tarfile
 from pathlib import Path
 
 from patchgym.sandbox import images as patchgym_images
-from tests.replicas import images
+from tests.replicas import images, npm
 from tests.replicas.images import HEREDOC
 from tests.replicas.project import cache_dir, git
 
@@ -55,26 +52,13 @@ FIX = ("function isConstructorOrProto (obj, key) {\n"
 
 
 def tarball(version: str) -> Path:
-    """minimist@version unpacked from its npm tarball (fetched once into the replica cache)."""
-    home = cache_dir() / "npm" / f"minimist-{version}"
-    if not (home / "package").is_dir():
-        home.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["npm", "pack", f"minimist@{version}", "--pack-destination", str(home), "--silent"],
-                       check=True, capture_output=True)
-        with tarfile.open(next(home.glob("*.tgz"))) as tar:
-            tar.extractall(home, filter="data")
-    return home / "package"
+    """minimist@version unpacked from its npm tarball."""
+    return npm.package("minimist", version)
 
 
 def tape_modules() -> Path:
-    """node_modules with tape (1.2.5's dev dependency range), installed once by the host's npm client."""
-    home = cache_dir() / "npm" / "tape-4"
-    if not (home / "node_modules" / ".bin" / "tape").exists():
-        home.mkdir(parents=True, exist_ok=True)
-        (home / "package.json").write_text(json.dumps({"private": True}))
-        subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--ignore-scripts", "tape@4.13.3"], cwd=home,
-                       check=True, capture_output=True)
-    return home / "node_modules"
+    """node_modules with tape (1.2.5's dev dependency range)."""
+    return npm.modules("tape-4", "tape@4.13.3")
 
 
 def repository() -> tuple[Path, str, str, str, str]:
