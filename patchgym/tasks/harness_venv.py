@@ -5,14 +5,20 @@ imports modules that only 4.x has, so neither fits in patchgym's environment. Th
 `<patchgym store>/harness-venv/swebench-4.1.0` ($PATCHGYM_HOME, else /var/lib/patchgym as root, else
 ~/.cache/patchgym); it is made with `python -m venv` and `pip install swebench==4.1.0` plus `swesmith==0.0.9
 --no-deps` (its imports need nothing beyond swebench's own dependencies). Measured here: 42 s on an idle machine,
-1 min 54 s on a busy one, 488 MB; each worker call then costs 3-6 s (importing swebench and swesmith).
-The worker (harness_worker.py) reads rows as JSON on stdin and writes specs, or SWE-smith verdicts, as JSON on stdout.
+1 min 54 s on a busy one, 488 MB.
+The worker (harness_worker.py) reads requests (a kind and rows) as JSON lines on stdin and answers each with one JSON
+line (specs, or SWE-smith verdicts). One worker serves a patchgym process for its lifetime: starting one costs 2-5 s
+(importing swebench and swesmith), a request then milliseconds, which matters where every grade of a SWE-smith row
+asks it for a verdict.
 """
 
+import atexit
 import json
 import os
 import subprocess
 import sys
+import tempfile
+import threading
 from pathlib import Path
 
 from patchgym.errors import UserError
@@ -69,17 +75,60 @@ def smith_grade(rows: list[dict]) -> list[dict]:
     return _ask("smith_grade", rows)
 
 
+class _Worker:
+    """The worker process, its stderr in a temporary file (so that it never blocks on a full pipe), and the pid of the
+    process that started it (a forked child starts its own rather than share the pipes)."""
+
+    def __init__(self, python: Path):
+        self.stderr = tempfile.TemporaryFile()
+        # -I: the user's PYTHONPATH (patchgym, swebench 5) must not shadow the venv's packages.
+        self.process = subprocess.Popen([str(python), "-I", str(WORKER)], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=self.stderr, text=True, bufsize=1,
+                                        env={**os.environ, "PYTHONWARNINGS": "ignore"})
+        self.owner = os.getpid()
+
+    def ask(self, line: str) -> str:
+        try:
+            self.process.stdin.write(line + "\n")
+            self.process.stdin.flush()
+            return self.process.stdout.readline()
+        except (BrokenPipeError, OSError):
+            return ""
+
+    def failure(self) -> str:
+        self.stop()
+        self.stderr.seek(0)
+        return self.stderr.read().decode("utf-8", "replace").strip()[-2000:]
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+
+
+_worker: _Worker | None = None
+_lock = threading.Lock()
+
+
 def _ask(kind: str, rows: list[dict]) -> list[dict]:
+    global _worker
     if not rows:
         return []
     python = ensure_venv()
-    # -I: the user's PYTHONPATH (patchgym, swebench 5) must not shadow the venv's packages.
-    run = subprocess.run([str(python), "-I", str(WORKER)], input=json.dumps({"kind": kind, "rows": rows}),
-                         capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
-    if run.returncode:
-        raise HarnessVenvError(f"the classic harness worker ({python}) failed (exit {run.returncode}): "
-                               f"{run.stderr.strip()[-2000:]}")
-    answers = json.loads(run.stdout)
+    with _lock:  # one request at a time on the pipe (rollout threads grade concurrently)
+        if _worker is None or _worker.owner != os.getpid() or _worker.process.poll() is not None:
+            _worker = _Worker(python)
+        answer = _worker.ask(json.dumps({"kind": kind, "rows": rows}))
+        if not answer:
+            code, detail, _worker = _worker.process.poll(), _worker.failure(), None
+            raise HarnessVenvError(f"the classic harness worker ({python}) failed (exit {code}): {detail}")
+    answers = json.loads(answer)
     if len(answers) != len(rows):
         raise HarnessVenvError(f"the classic harness worker answered {len(answers)} rows for {len(rows)}")
     return answers
+
+
+@atexit.register
+def _stop_worker() -> None:
+    if _worker is not None and _worker.owner == os.getpid():
+        _worker.stop()

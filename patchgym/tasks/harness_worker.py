@@ -9,8 +9,8 @@ It imports nothing from patchgym, so the official packages' code is the only thi
 - SWE-smith verdicts ("smith_grade"): a test log read by swesmith's own read_test_output, its profile's log_parser
   and get_eval_report, for profiles whose parser patchgym does not hold (every one but the Python profiles' default).
 make_test_spec itself is not called: it also builds the env script, which fetches requirements from GitHub.
-stdin: {"kind": "classic"|"rebench"|"smith"|"smith_grade", "rows": [row, ...]};
-stdout: [{"spec": {...}} | {"report": {...}} | {"error": "why"}, ...].
+It serves requests until stdin closes, one JSON line each, {"kind": "classic"|"rebench"|"smith"|"smith_grade",
+"rows": [row, ...]}, and answers each with one JSON line, [{"spec": {...}} | {"report": {...}} | {"error": "why"}, ...].
 """
 
 import json
@@ -22,6 +22,28 @@ class Refused(Exception):
 
 
 def classic_spec(row: dict, install_config: dict | None = None) -> dict:
+    from swebench.harness.constants import MAP_REPO_TO_EXT, MAP_REPO_VERSION_TO_SPECS
+
+    if install_config is None:
+        return _classic_spec(row, None)
+    # The row's install_config stands in for the table entry for this row only: the worker serves later rows too.
+    repo, version = row["repo"], row["version"]
+    ext, versions = MAP_REPO_TO_EXT.get(repo), MAP_REPO_VERSION_TO_SPECS.get(repo)
+    entry = versions.get(version) if versions is not None else None
+    try:
+        return _classic_spec(row, install_config)
+    finally:
+        if ext is None:
+            MAP_REPO_TO_EXT.pop(repo, None)
+        if versions is None:
+            MAP_REPO_VERSION_TO_SPECS.pop(repo, None)
+        elif entry is None:
+            versions.pop(version, None)
+        else:
+            versions[version] = entry
+
+
+def _classic_spec(row: dict, install_config: dict | None) -> dict:
     from swebench.harness.constants import FAIL_ONLY_REPOS, MAP_REPO_TO_EXT, MAP_REPO_VERSION_TO_SPECS
     from swebench.harness.log_parsers import MAP_REPO_TO_PARSER
     from swebench.harness.test_spec.create_scripts import make_eval_script_list
@@ -100,8 +122,7 @@ def _profile(row: dict):
         raise Refused(f"swesmith knows no repo profile {row.get('repo')!r}") from None
 
 
-def main() -> None:
-    request = json.load(sys.stdin)
+def answer(request: dict) -> list[dict]:
     kind = request["kind"]
     derive = {"classic": classic_spec, "smith": smith_spec, "smith_grade": smith_grade,
               "rebench": lambda row: classic_spec(row, row["install_config"])}[kind]
@@ -112,7 +133,15 @@ def main() -> None:
             answers.append({key: derive(row)})
         except Exception as exc:  # the official code raises many types (KeyError, AssertionError); each is the row's
             answers.append({"error": str(exc) if isinstance(exc, Refused) else f"{type(exc).__name__}: {exc}"})
-    json.dump(answers, sys.stdout)
+    return answers
+
+
+def main() -> None:
+    out, sys.stdout = sys.stdout, sys.stderr  # what the harness code prints must not land among the answers
+    for line in sys.stdin:
+        if line.strip():
+            out.write(json.dumps(answer(json.loads(line))) + "\n")
+            out.flush()
 
 
 if __name__ == "__main__":
