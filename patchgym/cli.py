@@ -321,7 +321,7 @@ def grade(tasks: Path = typer.Option(..., help="tasks JSONL"), instance: str = t
 def eval_(tasks: Path = typer.Option(..., help="tasks JSONL"),
           model: str | None = typer.Option(None, help="smollm2 (offline default), tiny, a model dir or hub id "
                                                       "(sets inference.model)"),
-          engine: str | None = typer.Option(None, help="hf or openai (sets inference.engine)"),
+          engine: str | None = typer.Option(None, help="auto, hf, openai or vllm (sets inference.engine)"),
           policy: str | None = typer.Option(None, help="instead of a model: oracle (applies the gold fix) or null"),
           runs: int = typer.Option(1, min=1, help="attempts per task: Pass@1 is their mean, Pass@k for k <= runs"),
           out: Path | None = typer.Option(None, help="run directory; rerunning with it resumes "
@@ -663,7 +663,7 @@ def select_(runs: list[Path] = typer.Option(..., "--runs", help="eval run direct
     ks = _positive_ints(k)
     task_list = read_tasks(tasks or _run_tasks_file([*runs, *more][0]))
     spec = config.verifier.model or config.inference.model
-    engine = make_engine(config.inference.model_copy(update={"model": spec}))
+    engine = make_engine(config.inference.model_copy(update={"model": spec}), next_token_logprobs=True)
     try:
         summary = select([*runs, *more], task_list, verifier, ks, out, engine, config.verifier, config.sandbox,
                          model_name=spec, seed=config.seed, progress=not as_json)

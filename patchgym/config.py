@@ -16,7 +16,7 @@ from patchgym.agent.config import AgentConfig
 from patchgym.cluster.config import ClusterConfig
 from patchgym.errors import UserError
 from patchgym.files import read_text
-from patchgym.inference.config import InferenceConfig
+from patchgym.inference.config import InferenceConfig, turn_token_budget
 from patchgym.rl.config import AlgorithmConfig
 from patchgym.rollout.config import RolloutConfig
 from patchgym.sandbox.config import SandboxConfig
@@ -52,6 +52,10 @@ class Config(BaseModel):
         """Training settings that are valid one by one but not together. (What also needs the tasks file or the
         processes of a run, the trainer checks at its start.)"""
         train, algo, agent, staleness = self.train, self.algorithm, self.agent, self.rollout.max_staleness
+        if agent.sampling.max_new_tokens is None:  # the model's turn budget (copies: defaults are shared objects)
+            budget = turn_token_budget(self.inference.model)
+            self.agent = agent = agent.model_copy(update={
+                "sampling": agent.sampling.model_copy(update={"max_new_tokens": budget})})
         if algo.stages and len(train.stage_iterations) != len(algo.stages) - 1:
             raise ValueError(f"train.stage_iterations needs {len(algo.stages) - 1} entries (one per algorithm.stages "
                              f"entry but the last), got {train.stage_iterations}")

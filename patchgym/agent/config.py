@@ -7,6 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from patchgym.env.tools import COMMAND_TIMEOUT_S
 from patchgym.inference import SamplingParams
+from patchgym.inference.config import DEFAULT_TURN_TOKENS
 
 SYSTEM_PROMPT = """\
 You are a programming agent. You are given a GitHub issue and a bash environment with the repository in /testbed, \
@@ -76,8 +77,15 @@ class SamplingConfig(BaseModel):
     top_p: float = Field(1.0, gt=0, le=1, description="1 = off")
     top_k: int = Field(0, ge=0, description="0 = off")
     min_p: float = Field(0.0, ge=0, lt=1, description="0 = off")
-    max_new_tokens: int = Field(1024, ge=1, description="most tokens one turn may sample")
+    max_new_tokens: int | None = Field(None, ge=1, description=(
+        "most tokens one turn may sample; null = the model's turn budget (320 for smollm2, whose tool calls fit in "
+        "it; 1024 for any other model)"))
     seed: int | None = Field(None, description="turn t samples with seed + t; null = fresh randomness")
+
+    @property
+    def turn_tokens(self) -> int:
+        """max_new_tokens, or the budget of a model nobody named (a Config fills in its model's)."""
+        return self.max_new_tokens or DEFAULT_TURN_TOKENS
 
     def params(self, turn: int, max_new_tokens: int) -> SamplingParams:
         seed = None if self.seed is None else self.seed + turn  # one seed for all turns would correlate them

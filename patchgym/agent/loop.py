@@ -178,7 +178,7 @@ def _observation(tokenizer, config: AgentConfig, messages: list[dict], turn: Tur
 
     text, segment = turn.observation, segment_of(turn.observation)
     if config.on_context_full == "truncate_observation" and tokenizer is not None:
-        limit = config.max_context_tokens - used - config.sampling.max_new_tokens
+        limit = config.max_context_tokens - used - config.sampling.turn_tokens
         text, segment, turn.observation_cut_tokens = cut_to_fit(tokenizer, text, segment_of, limit)
     return message(text), segment
 
@@ -197,7 +197,7 @@ async def _generate(generate: Generate, tokenizer, config: AgentConfig, messages
                     segment: list[int], step: int, room: int, tools: list[dict] | None) -> Turn:
     """Sample one turn after `ids` (which end with `segment`) and append the assistant message to `messages`."""
     began = time.monotonic()
-    params = config.sampling.params(step, min(config.sampling.max_new_tokens, room))
+    params = config.sampling.params(step, min(config.sampling.turn_tokens, room))
     if tokenizer is None:  # a text-only engine: its text is the message, and no token was sampled
         generation = await generate(list(ids), messages, params)
         text = generation.text or ""

@@ -1,18 +1,26 @@
 """The `inference:` section of a patchgym config: which engine serves the policy, and on what."""
 
+import importlib.util
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 ENGINES = ("hf", "openai", "vllm")
+RANDOM_MODELS = ("tiny", "tiny-qwen3", "tiny-qwen2.5")  # random-init test models, built in memory
+# Most tokens a turn may sample where agent.sampling.max_new_tokens is null: SmolLM2-135M's tool calls take well
+# under 300 tokens, and a turn it does not end by then is a degenerate one (at 1,024 such turns took 8-20 minutes on
+# the hf engine); any other model gets the common 1,024.
+TURN_TOKENS = {"smollm2": 320}
+DEFAULT_TURN_TOKENS = 1024
 
 
 class InferenceConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    engine: Literal["hf", "openai", "vllm"] = Field("hf", description="hf (transformers in this process), openai (any "
-                                                    "OpenAI-compatible server) or vllm (a vLLM server this process "
-                                                    "starts and pushes weights into; pip install '.[vllm]')")
+    engine: Literal["auto", "hf", "openai", "vllm"] = Field("auto", description=(
+        "hf (transformers in this process), openai (any OpenAI-compatible server) or vllm (a vLLM server this process "
+        "starts and pushes weights into; pip install '.[vllm]'). auto: openai when base_url is set, vllm when it is "
+        "installed and the model is a pretrained one, else hf (the random test models tiny* load in-process)"))
     model: str = Field("smollm2", description="smollm2 (offline default), tiny, tiny-qwen3, tiny-qwen2.5, a model "
                                               "directory, or a hub id")
     chat_template: str | None = Field(None, description=(
@@ -44,3 +52,20 @@ class InferenceConfig(BaseModel):
     sync_bucket_mb: float = Field(256.0, gt=0, description=(
         "vllm: a weight push moves this many MB at a time (gathered shard by shard, through one reused /dev/shm "
         "segment on CPU or NCCL on CUDA); the push's memory beyond the model is about one bucket"))
+
+
+def resolved_engine(config: InferenceConfig, *, next_token_logprobs: bool = False) -> str:
+    """The engine `config` names; for auto, the fastest one that serves it here. `next_token_logprobs`: the caller
+    scores candidates by their next-token logprobs (the verifier), which vllm's engine does not give."""
+    if config.engine != "auto":
+        return config.engine
+    if config.base_url:
+        return "openai"
+    if next_token_logprobs or config.model in RANDOM_MODELS or importlib.util.find_spec("vllm") is None:
+        return "hf"
+    return "vllm"
+
+
+def turn_token_budget(model: str) -> int:
+    """The most tokens one agent turn samples on `model` unless agent.sampling.max_new_tokens says otherwise."""
+    return TURN_TOKENS.get(model, DEFAULT_TURN_TOKENS)

@@ -30,6 +30,7 @@ from patchgym.cluster import make_engine
 from patchgym.cluster import make_rollouts as cluster_rollouts
 from patchgym.config import Config, dump_config
 from patchgym.errors import UserError
+from patchgym.inference.config import resolved_engine
 from patchgym.rl.shaping import dynamic_sampling, groups_still_needed
 from patchgym.rollout import ModelAgent
 from patchgym.tasks import Task, TaskError, read_tasks
@@ -311,7 +312,7 @@ class Trainer:
         """Settings that fit the config (Config checks those that clash with each other) but not this run: its
         engine, its tasks, its processes."""
         train = self.train
-        if self.config.inference.engine not in ("hf", "vllm"):
+        if resolved_engine(self.config.inference) not in ("hf", "vllm"):
             raise TrainError("inference.engine: train needs 'hf' or 'vllm' (the trainer pushes new weights into the "
                              "engine)")
         if train.tasks_per_iteration > len(self.tasks):

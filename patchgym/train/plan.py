@@ -39,6 +39,7 @@ from pathlib import Path
 from patchgym.config import Config
 from patchgym.errors import UserError
 from patchgym.files import read_json_object
+from patchgym.inference.config import resolved_engine
 from patchgym.train.logprobs import LOGIT_CHUNK_ELEMENTS
 
 GB = 1e9
@@ -193,7 +194,7 @@ def plan(config: Config, shape: Shape, gpus: int, gpu_gb: float, model: str = ""
     inference = config.inference
     tp = _vllm_arg(inference.vllm_args, "--tensor-parallel-size", 1)
     utilization = _vllm_arg(inference.vllm_args, "--gpu-memory-utilization", 0.9)
-    engine_bytes = BYTES[inference.vllm_dtype] if inference.engine == "vllm" else compute
+    engine_bytes = BYTES[inference.vllm_dtype] if resolved_engine(inference) == "vllm" else compute
     engine_weights = shape.params * engine_bytes / tp
     kv = kv_cache_bytes(shape, inference.max_batch * agent.max_context_tokens, engine_bytes) / tp
     budget = gpu_gb * GB

@@ -55,9 +55,9 @@ async def _one(engine, task: Task, index: int, config: VerifierConfig) -> str:
     messages = repro_messages(task, config)
     ids = prompt_ids(engine.tokenizer, messages)
     context = getattr(engine, "max_len", None)
-    room = config.repro_sampling.max_new_tokens if context is None else context - len(ids) - 1
+    room = config.repro_sampling.turn_tokens if context is None else context - len(ids) - 1
     if room < MIN_NEW_TOKENS:
         return ""
-    params = config.repro_sampling.params(index, min(config.repro_sampling.max_new_tokens, room))
+    params = config.repro_sampling.params(index, min(config.repro_sampling.turn_tokens, room))
     generation = await engine_generate(engine, ids, messages, params)
     return extract_code(engine.tokenizer.decode(generation.token_ids, skip_special_tokens=True))
