@@ -43,11 +43,10 @@ class InferenceConfig(BaseModel):
     vllm_args: list[str] = Field(default_factory=list, description="vllm: extra `vllm serve` arguments, e.g. "
                                                                    "['--max-model-len', '4096']")
     vllm_cpu_cores: Annotated[int, Field(ge=1, strict=True)] | Literal["all", "vllm"] = Field("all", description=(
-        "vllm on CPU: the cores the model runs on. all (or N): the worker runs inside vLLM's engine process, one "
-        "OpenMP thread bound to each of this process's cores (or the first N), none reserved, so no scheduler "
-        "process spins beside it (1.5x the throughput of vLLM's layout on 2 cores); vllm: vLLM's own layout (a "
-        "worker process on all cores but one, the other reserved for its scheduler). Parallelism or an executor "
-        "in vllm_args, or VLLM_CPU_OMP_THREADS_BIND set, keep vLLM's layout"))
+        "vllm on CPU: the cores the model runs on. all (or N): the worker's OpenMP threads bound one to each of "
+        "this process's cores (or the first N), none reserved (1.5x the throughput of vLLM's layout on 2 cores); "
+        "vllm: vLLM's own layout (the worker on all cores but one, the other reserved for its scheduler process). "
+        "Parallelism or an executor in vllm_args, or VLLM_CPU_OMP_THREADS_BIND set, keep vLLM's layout"))
     vllm_start_timeout_s: float = Field(300.0, gt=0, description="vllm: seconds to wait for the server's /health")
     sync_bucket_mb: float = Field(256.0, gt=0, description=(
         "vllm: a weight push moves this many MB at a time (gathered shard by shard, through one reused /dev/shm "

@@ -86,7 +86,7 @@ class VLLMEngine(OpenAIEngine):
             "--chat-template", str(self.workdir / "chat_template.jinja"),
             "--worker-extension-cls", EXTENSION,
             # On CPU, compiling takes a minute per start and gains little; on a GPU, CUDA graphs are worth it.
-            *([] if torch.cuda.is_available() else ["--enforce-eager"]),
+            *([] if torch.cuda.is_available() else ["--enforce-eager", *cpu_prefill_args(extra_args)]),
             *cpu_layout(cpu_cores, extra_args)[1],
             *extra_args,
         ]
@@ -246,12 +246,24 @@ USER_LAYOUT_ARGS = ("--distributed-executor-backend", "--tensor-parallel-size", 
 USER_LAYOUT_ENV = ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU")
 
 
+def cpu_prefill_args(extra_args: Iterable[str] = ()) -> list[str]:
+    """Chunked prefill off on CPU: there a request with its own seed that is still in a partial prefill step crashes
+    vLLM's engine (its sampler rewinds the request's generator, which a CPU generator cannot: "CPU Generator does not
+    use offset"), and every request in flight with it. Prompts are then prefilled whole, at no cost in throughput
+    measured here. Left alone where inference.vllm_args set chunking or the batched-token budget."""
+    if any(a.split("=")[0] in ("--enable-chunked-prefill", "--no-enable-chunked-prefill", "--max-num-batched-tokens")
+           for a in extra_args):
+        return []
+    return ["--no-enable-chunked-prefill"]
+
+
 def cpu_layout(cores: int | str, extra_args: Iterable[str] = ()) -> tuple[dict[str, str], list[str]]:
-    """(environment, server arguments) that run the CPU worker inside vLLM's engine process (the uni executor),
-    its OpenMP threads bound one per core to this process's cores ("all") or the first N, none reserved. vLLM's own
-    layout ("vllm", and any GPU machine) puts the worker in a process of its own, whose scheduler spins on a shared-
-    memory queue while the worker computes: it needs a core to itself, or it preempts the worker's threads. A layout
-    the user gave (parallelism or an executor in inference.vllm_args, or vLLM's binding variables) is left as is."""
+    """(environment, server arguments) that bind the CPU worker's OpenMP threads one per core to this process's
+    cores ("all") or the first N, none reserved. vLLM's own layout ("vllm", and any GPU machine) binds the worker to
+    one core and keeps the other for its scheduler process, which spins on a shared-memory queue while the worker
+    computes. (vLLM's CPU platform always runs the worker in a process of its own: it turns a uni executor into mp.)
+    A layout the user gave (parallelism or an executor in inference.vllm_args, or vLLM's binding variables) is left
+    as is."""
     own = any(a.split("=")[0] in USER_LAYOUT_ARGS for a in extra_args) or any(v in os.environ for v in USER_LAYOUT_ENV)
     if cores == "vllm" or own or torch.cuda.is_available():
         return {}, []
@@ -259,8 +271,7 @@ def cpu_layout(cores: int | str, extra_args: Iterable[str] = ()) -> tuple[dict[s
     count = len(allowed) if cores == "all" else int(cores)
     if not 1 <= count <= len(allowed):
         raise ValueError(f"inference.vllm_cpu_cores={cores}, but this process may use {len(allowed)} cores")
-    return ({"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, allowed[:count])), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"},
-            ["--distributed-executor-backend", "uni"])
+    return {"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, allowed[:count])), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}, []
 
 
 def free_port() -> int:

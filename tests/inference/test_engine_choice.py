@@ -15,8 +15,11 @@ def vllm_installed(monkeypatch):
     real = importlib.util.find_spec
 
     def set_installed(installed: bool):
-        monkeypatch.setattr(importlib.util, "find_spec",
-                            lambda name, *a: (real("json") if installed else None) if name == "vllm" else real(name, *a))
+        def find_spec(name, *a):
+            if name == "vllm":
+                return real("json") if installed else None  # any spec says "installed"
+            return real(name, *a)
+        monkeypatch.setattr(importlib.util, "find_spec", find_spec)
     return set_installed
 
 

@@ -94,6 +94,25 @@ def test_seeded_sampling_is_reproducible(engine, hf):
     assert c.token_ids != a.token_ids
 
 
+def test_seeded_requests_with_long_prompts_in_flight_together(engine):
+    """Eight seeded requests of ~1K-token prompts at once: more prompt than one of vLLM's steps takes, so with chunked
+    prefill some would sit in a partial prefill, where vLLM on CPU crashes rewinding a seeded CPU generator (the
+    engine turns chunking off on CPU). Each comes back whole and the same seed gives the same ids again."""
+    import asyncio
+    import random
+
+    rng = random.Random(0)  # prompts that share no prefix, so the prefix cache cannot shorten any prefill
+    prompts = [[rng.randrange(100, 40000) for _ in range(1000)] for _ in range(8)]
+
+    async def all_at_once():
+        return await asyncio.gather(*(engine.agenerate(p, SamplingParams(max_new_tokens=8, seed=i))
+                                      for i, p in enumerate(prompts)))
+
+    first, again = asyncio.run(all_at_once()), asyncio.run(all_at_once())
+    assert all(0 < len(g.token_ids) <= 8 for g in first)
+    assert [g.token_ids for g in first] == [g.token_ids for g in again]
+
+
 @pytest.mark.parametrize("params, kind", [
     (SamplingParams(max_new_tokens=16, seed=1), "full"),  # the defaults: T = 1, nothing truncated
     (SamplingParams(max_new_tokens=16, seed=1, temperature=0.7), "T=0.7"),
