@@ -26,6 +26,7 @@ Requests are written to DIR/<binding>/requests.jsonl (patchgym.inference.recordi
 import argparse
 import asyncio
 import os
+import shutil
 import sys
 import time
 from dataclasses import replace
@@ -128,8 +129,10 @@ def measure(layout: str, args, out: Path) -> dict:
     config = load_config([DEMO], [f"inference.model={args.model}", f"inference.vllm_cpu_cores={layout}"])
     tasks = demo_tasks(config, out)
     concurrency = config.rollout.max_generations
+    run_dir = out / f"cpu-{layout}"
+    shutil.rmtree(run_dir, ignore_errors=True)  # a rollout resumes from the trajectories there: nothing to record
     with VLLMEngine.from_config(config.inference) as engine:
-        requests, rollout_s, sampled = rollout(engine, config, tasks, out / f"cpu-{layout}")
+        requests, rollout_s, sampled = rollout(engine, config, tasks, run_dir)
         forced = sum(max(1, r.generated) for r in requests)
         alone_s = vllm_replay(engine, requests, concurrency, prefill_only=False)
         prefill_s = vllm_replay(engine, requests, concurrency, prefill_only=True)
