@@ -26,6 +26,7 @@ def test_smollm2_on_the_ci_tasks_writes_every_file_and_its_tokens_check(backend,
     run = tmp_path / "run"
     result = CliRunner().invoke(app, [
         "eval", "--tasks", str(tmp_path / "tasks.jsonl"), "--model", "smollm2", "--runs", "2", "--out", str(run),
+        "--engine", "hf",  # auto would start a vLLM server (~30 s); the SIGINT test below runs eval on vLLM
         "--json", f"sandbox.backend={backend}", "agent.max_steps=2", "agent.sampling.max_new_tokens=32"])
     assert result.exit_code == 0, result.stdout
     summary = json.loads(result.stdout.strip().splitlines()[-1])
