@@ -8,8 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 ENGINES = ("hf", "openai", "vllm")
 RANDOM_MODELS = ("tiny", "tiny-qwen3", "tiny-qwen2.5")  # random-init test models, built in memory
 # Most tokens a turn may sample where agent.sampling.max_new_tokens is null: SmolLM2-135M's tool calls take well
-# under 300 tokens, and a turn it does not end by then is a degenerate one (at 1,024 such turns took 8-20 minutes on
-# the hf engine); any other model gets the common 1,024.
+# under 300 tokens, and a turn it does not end by then has degenerated; any other model gets the common 1,024.
 TURN_TOKENS = {"smollm2": 320}
 DEFAULT_TURN_TOKENS = 1024
 

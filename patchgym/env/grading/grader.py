@@ -202,11 +202,10 @@ def _grade_imported(sandbox: Sandbox, task: Task, patch: str, timeout: float) ->
         return grade.model_copy(update={"error": "no_tests_ran", "error_detail": "the eval script never printed "
                                         f"its test output markers; log tail:\n{run.output[-2000:]}"})
     official = swebench_harness.is_swebench_parser(task.log_parser)
-    smith = task.log_parser == SMITH_PROFILE_PARSER
-    if smith:  # the profile's own parser and verdict, in the harness venv
-        statuses, _, smith_resolved = smith_harness.smith_report(task, log)
-    else:
-        statuses, _, _ = (swebench_harness.official_report if official else harness.harness_report)(task, log)
+    smith = task.log_parser == SMITH_PROFILE_PARSER  # the profile's own parser and verdict, in the harness venv
+    report_of = smith_harness.smith_report if smith else (swebench_harness.official_report if official
+                                                          else harness.harness_report)
+    statuses, _, logged_resolved = report_of(task, log)
     code = harness.test_exit_code(log)
     grade.exit_code = run.exit_code if code is None else code
     if pytest_row:
@@ -223,8 +222,9 @@ def _grade_imported(sandbox: Sandbox, task: Task, patch: str, timeout: float) ->
         return grade.model_copy(update={"error": "no_tests_ran", "error_detail": "no test results in the marked "
                                         f"output; log tail:\n{log[-2000:]}"})
     return grade.model_copy(update={
-        "resolved": smith_resolved if smith else (swebench_harness.official_resolved if official
-                                                  else harness.harness_resolved)(task, statuses),
+        # swesmith's verdict is on its own log parse; the others judge `statuses`, pytest's report where it ran
+        "resolved": logged_resolved if smith else (swebench_harness.official_resolved if official
+                                                   else harness.harness_resolved)(task, statuses),
         "tests": statuses,
         "f2p": {t: statuses.get(t, "MISSING") for t in task.FAIL_TO_PASS},
         "p2p": {t: statuses.get(t, "MISSING") for t in task.PASS_TO_PASS}})

@@ -2,8 +2,8 @@
 
 swesmith cannot be imported next to swebench 5, so its code runs in the classic harness venv
 (tasks/harness_venv.py): read_test_output slices the marked section, the row's profile's own log_parser reads it
-(mocha, jest, vitest, go test, cargo, ...), and get_eval_report gives the verdict. One worker call per log (3-6 s,
-the imports of swebench and swesmith). The Python profiles' default parser is ported in family_parsers.py instead.
+(mocha, jest, vitest, go test, cargo, ...), and get_eval_report gives the verdict: one request per log to the
+process's long-lived worker. The Python profiles' default parser is ported in family_parsers.py instead.
 """
 
 from patchgym.errors import UserError
