@@ -10,6 +10,7 @@ demonstrations trained on; logprob_gap is the mean |log p_bf16-trained - log p_f
 """
 
 import argparse
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -27,6 +28,7 @@ from patchgym.tasks import read_tasks  # noqa: E402
 from patchgym.tasks.factory.build import build_tasks  # noqa: E402
 from patchgym.train.batch import collate  # noqa: E402
 from patchgym.train.logprobs import sequence_logprobs  # noqa: E402
+from patchgym.train.policy import bf16_autocast  # noqa: E402
 from patchgym.train.sft import read_demonstrations, run_sft, sft_batches  # noqa: E402
 from patchgym.train.update import make_optimizer, make_scheduler  # noqa: E402
 
@@ -59,8 +61,7 @@ def train(config, sequences, steps: int, bf16: bool):
     plan = [[step for epoch in plan for step in epoch][:steps]]
     optimizer = make_optimizer(model, lr, train.weight_decay, train.betas)
     scheduler = make_scheduler(optimizer, train.warmup_steps, steps, train.lr_schedule)
-    context = torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else torch.autocast("cpu", enabled=False)
-    with context:
+    with bf16_autocast("cpu") if bf16 else contextlib.nullcontext():
         result = run_sft(model, optimizer, scheduler, plan, micro_token_budget=train.micro_token_budget,
                          max_grad_norm=train.max_grad_norm, packing=train.packing)
     return model.eval(), result

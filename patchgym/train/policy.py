@@ -136,7 +136,15 @@ class LocalPolicy:
         """bf16 autocast for the update with train.bf16 (CUDA), or for a warm start whose dtype is bf16 (any
         device: this CPU's AVX512-BF16 too); fp32 otherwise."""
         if self.train.bf16:
-            return torch.autocast("cuda", dtype=torch.bfloat16)
+            return bf16_autocast("cuda")
         if dtype == "bf16":
-            return torch.autocast(torch.device(self.place.device).type, dtype=torch.bfloat16)
+            return bf16_autocast(torch.device(self.place.device).type)
         return contextlib.nullcontext()
+
+
+def bf16_autocast(device_type: str):
+    """bf16 autocast around fp32 master weights, for a region that also takes optimizer steps. Its cast cache is
+    off: autocast keeps the bf16 copy of each weight it casts until the region exits, so with the cache on every
+    forward after the first optimizer step would still compute with the weights from before it (the loss would not
+    move while AdamW pushed the weights on along the first gradients)."""
+    return torch.autocast(device_type, dtype=torch.bfloat16, cache_enabled=False)
