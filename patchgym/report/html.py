@@ -7,6 +7,7 @@ from pathlib import Path
 
 from patchgym.files import read_jsonl
 from patchgym.report import learning
+from patchgym.report.gain import iteration_gain
 from patchgym.report.plots import DPI, PLOTS, SIZE_IN, RunData
 from patchgym.report.runs import read_json, run_kind, trajectory_rows
 
@@ -72,6 +73,8 @@ def summary_html(data: RunData) -> str:
         about.append(["iterations in metrics.jsonl", str(len(data.metrics))])
         if data.warm_start is not None:
             about.append(["warm start", warm_start_text(data.warm_start)])
+        gain = iteration_gain(data.trajectories)
+        about.append(["gain on the tasks of every iteration", gain if isinstance(gain, str) else gain["verdict"]])
     parts = [_table(["run", ""], about)]
     if data.kind == "train":
         if not data.metrics:

@@ -9,6 +9,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator, PercentFormatter
 
+from patchgym.report.gain import iteration_gain
 from patchgym.report.runs import RunKind
 
 SIZE_IN, DPI = (9.0, 5.0), 100  # every PNG is 900 x 500 pixels
@@ -77,6 +78,25 @@ def reward(data: RunData) -> Figure | str:
     bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
     for ax in (top, bottom):
         ax.grid(alpha=0.3)
+    return fig
+
+
+def task_gain(data: RunData) -> Figure | str:
+    if data.kind != "train":
+        return f"only train runs have iterations ({data.kind} runs do not)"
+    result = iteration_gain(data.trajectories)
+    if isinstance(result, str):
+        return result
+    curve = result["curve"]
+    fig, ax = figure(f"Resolved per iteration on the {len(result['tasks'])} tasks of every iteration "
+                     "(bars: ± 2 standard errors over tasks)")
+    ax.errorbar([p["iteration"] for p in curve], [100 * p["rate"] for p in curve],
+                yerr=[200 * p["se"] for p in curve], fmt="-o", capsize=4, color=GREEN, label=result["verdict"])
+    ax.set_xlabel("iteration (its rollouts are sampled before its update)")
+    ax.set_ylabel("resolved (% of attempts, mean over tasks)")
+    ax.set_ylim(-5, 105)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    legend(fig, ax)
     return fig
 
 
@@ -281,6 +301,7 @@ def _no_trajectories(data: RunData) -> str:
 # (file name, heading, plot function), in the report's order
 PLOTS = (
     ("reward.png", "Reward and resolve rate", reward),
+    ("gain.png", "Gain on the tasks of every iteration", task_gain),
     ("signal.png", "Learning signal and terminations per iteration", learning_signal),
     ("pass_at_k.png", "Pass@k and Best@k", pass_at_k),
     ("steps.png", "Steps per trajectory", steps),

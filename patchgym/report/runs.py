@@ -65,6 +65,7 @@ def trajectory_facts(trajectory: Trajectory, iteration: int | None = None) -> di
         "task_id": t.task_id,
         "iteration": iteration,
         "resolved": t.resolved,
+        "scored": t.scored,
         "termination": t.termination or "unfinished",
         "steps": t.steps,
         "tokens": t.sampled_tokens,

@@ -113,8 +113,10 @@ def test_eval_report_has_pass_at_k_steps_tokens_terminations_and_time(eval_run):
 
 def test_train_report_has_curves_per_iteration_and_skips_pass_at_k(train_run):
     page = report(train_run)
-    check_pngs(train_run, page, {"reward.png", "signal.png", "steps.png", "tokens.png", "terminations.png",
-                                 "time.png", "logprob_gap.png"})
+    check_pngs(train_run, page, {"reward.png", "gain.png", "signal.png", "steps.png", "tokens.png",
+                                 "terminations.png", "time.png", "logprob_gap.png"})
+    assert ("<td>gain on the tasks of every iteration</td><td>iteration 1 -&gt; 4: +50.0 pts on 1 task; one task has "
+            "no spread to judge noise by</td>") in page
     assert "Skipped: train runs have no Pass@k" in page
     assert "<th>iteration</th>" in page and "<th>nonzero_advantage_group_fraction</th>" in page
     assert "<tr><td>1</td>" in page and "<tr><td>0</td>" not in page  # one row per RL iteration, none for warm start
