@@ -22,8 +22,8 @@ class WarmStartConfig(BaseModel):
     lr: float | None = Field(None, gt=0, description="peak SFT learning rate (AdamW); null = train.lr")
     dtype: Literal["fp32", "bf16"] = Field("fp32", description=(
         "the warm start's compute dtype: bf16 autocast (CPU or CUDA) around fp32 master weights, or fp32; the RL "
-        "update keeps its own dtype, the one whose logprobs match the engine's. On CPU bf16 was 1.66x faster but "
-        "fit the demonstrations far worse (docs/results.md): keep fp32 there"))
+        "update keeps its own dtype, the one whose logprobs match the engine's. bf16 pays on a GPU or a CPU with "
+        "native bf16 (AVX512-BF16, AMX); elsewhere the CPU emulates it"))
     cache: bool = Field(True, description=(
         "reuse the model of an identical warm start made before (same model, demonstration tokens and SFT "
         "settings), kept under the store's warm-starts/ ($PATCHGYM_WARM_STARTS); false = always train it"))

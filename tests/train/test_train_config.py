@@ -66,7 +66,9 @@ def test_demo_config_is_grpo_plus_plus_on_smollm2_with_short_limits():
     expected = load_preset("grpo++").model_copy(update={"norm_constant": demo.agent.max_context_tokens})
     assert demo.algorithm == expected
     assert (demo.inference.model, demo.inference.device) == ("smollm2", "cpu")
-    assert (demo.train.iterations, demo.train.tasks_per_iteration, demo.train.samples_per_task) == (3, 2, 4)
+    # epochs over the demo's 6 tasks: every iteration attempts each of them, all its episodes decoding at once
+    assert (demo.train.iterations, demo.train.tasks_per_iteration, demo.train.samples_per_task) == (3, 6, 2)
+    assert demo.rollout.max_generations == demo.inference.max_batch == 12 and demo.train.warm_start.dtype == "bf16"
     assert demo.agent.max_steps == 6 and demo.agent.sampling.max_new_tokens == 320  # room for the expert demos
 
 
