@@ -9,9 +9,11 @@ into a safetensors directory under store_dir()/models; "tiny" is a ~1.6M-paramet
 import importlib.util
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from pathlib import Path
 
@@ -70,11 +72,7 @@ def weights_dir(spec: str) -> Path:
                 model, tokenizer = TINY[spec]()
                 model.save_pretrained(Path(tmp) / "out")
                 tokenizer.save_pretrained(Path(tmp) / "out")
-                try:
-                    os.rename(Path(tmp) / "out", target)
-                except OSError:
-                    if not (target / "config.json").exists():
-                        raise
+                publish_model_dir(Path(tmp) / "out", target)
         return target
     if not (Path(spec) / "config.json").is_file():
         raise ModelSpecError(f"inference.model '{spec}': loading shard by shard (train.fsdp under torchrun) needs a "
@@ -106,12 +104,31 @@ def smollm2_dir() -> Path:
         staging = Path(tmp) / "out"
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
-        try:
-            os.rename(staging, target)
-        except OSError:
-            if not (target / "config.json").exists():  # another process won the race only if it left a model
-                raise
+        publish_model_dir(staging, target)
     return target
+
+
+def publish_model_dir(staging: Path, target: Path, wait_s: float = 600.0) -> None:
+    """Rename a model directory staged by save_pretrained into `target`, once across concurrent processes.
+
+    Under torch.distributed, transformers writes a model's files on rank 0 only, so another rank's staging holds the
+    tokenizer alone: that rank waits (up to `wait_s`) for a complete `target` rather than publishing its own. A
+    `target` without config.json is such a tokenizer-only directory published before, and is replaced."""
+    if not (staging / "config.json").exists():
+        deadline = time.monotonic() + wait_s
+        while not (target / "config.json").exists():
+            if time.monotonic() > deadline:
+                raise ModelSpecError(f"{target}: no process wrote the model's weights within {wait_s:.0f} s (under "
+                                     "torch.distributed rank 0 writes them)")
+            time.sleep(0.2)
+        return
+    if target.exists() and not (target / "config.json").exists():
+        shutil.rmtree(target, ignore_errors=True)
+    try:
+        os.rename(staging, target)
+    except OSError:
+        if not (target / "config.json").exists():  # another process won the race only if it left a model
+            raise
 
 
 def tiny_model(seed: int = 0):

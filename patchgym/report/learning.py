@@ -4,9 +4,8 @@ each run's paired gain on those tasks (before: its first iteration's rollouts; a
 errors."""
 
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
 
-from patchgym.report.plots import GREEN, GREY, RED, RunData, figure, legend
+from patchgym.report.plots import GREEN, GREY, RED, RunData, figure, legend, rate_axes, rate_curve
 
 RUNS = (("rl", "GRPO++", GREEN), ("flipped", "flipped advantages (control)", RED))
 
@@ -19,13 +18,8 @@ def iteration_rates(data: RunData) -> Figure | str:
     for offset, (name, label, colour) in zip((-0.05, 0.05), RUNS):
         points = (runs.get(name) or {}).get("curve") or []
         if points:
-            ax.errorbar([p["iteration"] + offset for p in points], [100 * p["rate"] for p in points],
-                        yerr=[200 * p["se"] for p in points], fmt="-o", capsize=4, color=colour, label=label)
-    ax.set_xlabel("iteration (its rollouts are sampled before its update)")
-    ax.set_ylabel("resolved (% of attempts, mean over tasks)")
-    ax.set_ylim(-5, 105)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    legend(fig, ax)
+            rate_curve(ax, points, colour, label, offset)
+    rate_axes(fig, ax)
     return fig
 
 

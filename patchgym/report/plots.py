@@ -87,17 +87,26 @@ def task_gain(data: RunData) -> Figure | str:
     result = iteration_gain(data.trajectories)
     if isinstance(result, str):
         return result
-    curve = result["curve"]
     fig, ax = figure(f"Resolved per iteration on the {len(result['tasks'])} tasks of every iteration "
                      "(bars: ± 2 standard errors over tasks)")
-    ax.errorbar([p["iteration"] for p in curve], [100 * p["rate"] for p in curve],
-                yerr=[200 * p["se"] for p in curve], fmt="-o", capsize=4, color=GREEN, label=result["verdict"])
+    rate_curve(ax, result["curve"], GREEN, result["verdict"])
+    rate_axes(fig, ax)
+    return fig
+
+
+def rate_curve(ax, points: list[dict], colour: str, label: str, offset: float = 0.0) -> None:
+    """A resolve rate per iteration ({iteration, rate, se} points) with bars of ± 2 standard errors."""
+    ax.errorbar([p["iteration"] + offset for p in points], [100 * p["rate"] for p in points],
+                yerr=[200 * p["se"] for p in points], fmt="-o", capsize=4, color=colour, label=label)
+
+
+def rate_axes(fig: Figure, ax) -> None:
+    """The axes and legend of rate_curve's plots."""
     ax.set_xlabel("iteration (its rollouts are sampled before its update)")
     ax.set_ylabel("resolved (% of attempts, mean over tasks)")
     ax.set_ylim(-5, 105)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     legend(fig, ax)
-    return fig
 
 
 def pass_at_k(data: RunData) -> Figure | str:

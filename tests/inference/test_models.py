@@ -93,3 +93,45 @@ def test_tiny_model_is_tiny_and_reproducible():
     params = sum(p.numel() for p in a.parameters())
     assert params < 2_000_000 and a.config.vocab_size == len(tok) == 49152
     assert all((x == y).all() for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+
+
+def stage(directory, weights: bool) -> None:
+    """What save_pretrained leaves: the tokenizer always; config and weights only on the rank that writes them."""
+    directory.mkdir(parents=True)
+    (directory / "tokenizer.json").write_text("{}")
+    if weights:
+        (directory / "config.json").write_text("{}")
+        (directory / "model.safetensors").write_bytes(b"weights")
+
+
+def test_a_rank_that_staged_only_the_tokenizer_waits_for_the_model_and_never_publishes_it(tmp_path):
+    """Under torch.distributed transformers saves a model's files on rank 0 only: another rank's staging has the
+    tokenizer alone. Published, it left a model directory with no model (and rank 0 then failed to rename over it)."""
+    import threading
+
+    from patchgym.inference.models import ModelSpecError, publish_model_dir
+
+    target = tmp_path / "tiny"
+    stage(tmp_path / "rank1", weights=False)
+    stage(tmp_path / "rank0", weights=True)
+    threading.Timer(0.5, publish_model_dir, (tmp_path / "rank0", target)).start()
+    publish_model_dir(tmp_path / "rank1", target)  # returns once rank 0's directory is there
+    assert sorted(p.name for p in target.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json"]
+    assert (tmp_path / "rank1").exists()  # left to its temporary directory's clean-up
+
+    stage(tmp_path / "late", weights=True)  # a complete directory is kept as it is
+    publish_model_dir(tmp_path / "late", target)
+    assert (target / "model.safetensors").read_bytes() == b"weights" and (tmp_path / "late").exists()
+
+    with pytest.raises(ModelSpecError, match="no process wrote the model's weights within 0 s"):
+        publish_model_dir(tmp_path / "rank1", tmp_path / "never", wait_s=0.3)
+
+
+def test_a_tokenizer_only_model_directory_left_before_is_replaced(tmp_path):
+    from patchgym.inference.models import publish_model_dir
+
+    target = tmp_path / "tiny"
+    stage(target, weights=False)  # what a rank without the weights published before
+    stage(tmp_path / "rank0", weights=True)
+    publish_model_dir(tmp_path / "rank0", target)
+    assert (target / "config.json").exists() and (target / "model.safetensors").exists()
