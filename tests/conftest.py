@@ -3,6 +3,7 @@ tiny real task on the base image (its bug patch creates a small package with a b
 
 import os
 import shutil
+import signal
 import subprocess
 import textwrap
 from pathlib import Path
@@ -82,6 +83,14 @@ def _heavy(item) -> bool:
     relative = Path(str(item.fspath)).relative_to(Path(__file__).parent).as_posix()
     test = f"{relative}::{getattr(item, 'originalname', item.name)}"
     return test in HEAVY or any(relative == m or relative.startswith(m + "/") for m in HEAVY)
+
+
+def pytest_configure(config):
+    """Tests that press Ctrl-C on a child process need the child to take SIGINT. A shell that starts pytest in the
+    background (`pytest &` in a script) sets SIGINT to ignored, which every child would inherit across exec; a
+    handler here is reset to the default in each child instead."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config, items):
