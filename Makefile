@@ -34,8 +34,11 @@ demo: image
 k8s: host
 	bash scripts/k8s-cluster.sh build
 
+# The whole suite: the fast tier in two worker processes (it shares nothing between tests), then the sandbox tier
+# in one process (its tests count containers, servers and clusters); it fails if either does.
 test: image k8s
-	$(BIN)/pytest
+	$(BIN)/pytest -m "not sandbox" -n 2; fast=$$?; $(BIN)/pytest -m sandbox; sandbox=$$?; \
+	test $$fast -eq 0 -a $$sandbox -eq 0
 
 # The fast tier, for your own loop: no sandbox, no server, in two worker processes.
 test-fast: install
