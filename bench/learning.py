@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 from patchgym.agent.trajectory_files import read_trajectories  # noqa: E402
 from patchgym.config import load_config  # noqa: E402
 from patchgym.eval.build import load_eval_config, run_eval  # noqa: E402
-from patchgym.eval.metrics import paired_gain  # noqa: E402
+from patchgym.eval.metrics import paired_gain, resolve_rate  # noqa: E402
 from patchgym.inference.chat_template import configure_tokenizer  # noqa: E402
 from patchgym.inference.models import load_tokenizer  # noqa: E402
 from patchgym.rl.shaping import learnable_band  # noqa: E402
@@ -52,8 +52,7 @@ from patchgym.train.loop import Trainer  # noqa: E402
 from patchgym.train.metrics import read_metrics  # noqa: E402
 from patchgym.train.warm_cache import ensure_warm_start  # noqa: E402
 
-from learning_stats import resolve_rate  # noqa: E402  (beside this script)
-from report import print_result  # noqa: E402
+from report import print_result  # noqa: E402  (beside this script)
 
 BASE_CONFIG = ROOT / "configs" / "demo.yaml"  # SmolLM2 on vLLM (CPU), the demo's agent limits and GRPO++
 TEMPERATURE = 0.5  # at T = 1 the 135 M model's tail breaks nearly every tool call (docs/results.md)

@@ -22,6 +22,17 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
 
 
+def resolve_rate(per_task: dict[str, list[bool]]) -> dict:
+    """The mean of the tasks' resolve rates and its standard error over tasks (attempts of one task are not
+    independent): p = mean_t r_t, se = sqrt(sum_t (r_t - p)^2 / (T (T - 1))), 0 with fewer than two tasks."""
+    rates = [sum(x) / len(x) for x in per_task.values() if x]
+    n = len(rates)
+    p = sum(rates) / n if n else 0.0
+    se = math.sqrt(sum((r - p) ** 2 for r in rates) / (n * (n - 1))) if n > 1 else 0.0
+    return {"rate": p, "se": se, "tasks": n, "attempts": sum(len(x) for x in per_task.values() if x),
+            "resolved": sum(sum(x) for x in per_task.values())}
+
+
 def paired_gain(before: dict[str, list[bool]], after: dict[str, list[bool]]) -> dict:
     """The gain from `before` to `after` on the same tasks (task id -> attempts' outcomes), as per-task paired
     differences d_t = r_after(t) - r_before(t) over the T tasks attempted in both: mean d, its standard error

@@ -7,10 +7,9 @@ Rollouts of iteration N are sampled by the policy after N - 1 updates, so first 
 A run that draws other tasks each iteration (train.tasks_per_iteration below the task count) has no task in every
 iteration, and so no such gain: epochs over a fixed set (tasks_per_iteration = the number of tasks) have one."""
 
-import math
 from collections import defaultdict
 
-from patchgym.eval.metrics import paired_gain
+from patchgym.eval.metrics import paired_gain, resolve_rate
 
 
 def iteration_gain(trajectories: list[dict]) -> dict | str:
@@ -28,12 +27,7 @@ def iteration_gain(trajectories: list[dict]) -> dict | str:
     if not common:
         return ("no task was attempted in every iteration (each drew other tasks): set train.tasks_per_iteration "
                 "to the number of tasks for epochs over a fixed set")
-    curve = []
-    for i in iterations:
-        rates = [sum(outcomes[i][t]) / len(outcomes[i][t]) for t in common]
-        mean = sum(rates) / len(rates)
-        se = math.sqrt(sum((r - mean) ** 2 for r in rates) / (len(rates) - 1) / len(rates)) if len(rates) > 1 else 0.0
-        curve.append({"iteration": i, "rate": mean, "se": se})
+    curve = [{"iteration": i, **resolve_rate({t: outcomes[i][t] for t in common})} for i in iterations]
     first, last = outcomes[iterations[0]], outcomes[iterations[-1]]
     gain = paired_gain({t: first[t] for t in common}, {t: last[t] for t in common})
     return {"tasks": common, "curve": curve, "gain": gain, "verdict": verdict(gain, iterations[0], iterations[-1])}
