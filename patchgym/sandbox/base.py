@@ -99,19 +99,23 @@ class Sandbox:
 
     # -- the contract ---------------------------------------------------------------------------
     def exec(self, command: str | list[str], timeout: float | None = None, cwd: str | None = None,
-             env: dict[str, str] | None = None, output_limit: int | None = None, agent: bool = False) -> ExecResult:
+             env: dict[str, str] | None = None, output_limit: int | None = None, agent: bool = False,
+             side_channel: int | None = None) -> ExecResult:
         """Run `command` (a string goes to `bash -c`) and return its merged output, exit code and timing.
 
-        `agent`: the command is the agent's own. It runs as `config.agent_user`, so it can neither signal the runner
-        nor write what root keeps. The runner is pinged first, so a sandbox that died before it stays an
-        infrastructure error; one that dies while it runs, of something inside, raises `SandboxKilled`."""
+        `agent`: the command is the agent's own (or the code under test, when grading). It runs as
+        `config.agent_user`, so it can neither signal the runner nor write what root keeps. The runner is pinged
+        first, so a sandbox that died before it stays an infrastructure error; one that dies while it runs, of
+        something inside, raises `SandboxKilled`.
+        `side_channel`: give the command a side channel (descriptor runner.SIDE_CHANNEL_FD) whose other end only the
+        runner holds; up to this many bytes of what it writes there come back in `ExecResult.side_channel`."""
         timeout = self.config.exec_timeout_s if timeout is None else timeout
         if agent:
             self.ping()
         ooms_before = self._oom_kills()
         fields = dict(cmd=command, timeout=timeout, cwd=cwd, env={**COMMAND_ENV, **self.config.env, **(env or {})},
                       limit=output_limit or self.config.output_limit_bytes,
-                      user=self.config.agent_user if agent else None)
+                      user=self.config.agent_user if agent else None, side_channel=side_channel)
         try:
             reply = self._request("exec", ANSWER_GRACE_S + timeout, **fields)
         except SandboxError as exc:
@@ -128,7 +132,8 @@ class Sandbox:
             output += f"\n[timed out after {timeout:g} s; the command and its children were killed]\n"
         return ExecResult(output=output, exit_code=reply["exit_code"], timed_out=reply["timed_out"],
                           duration=reply["duration"], cut_bytes=reply["cut_bytes"], signal=reply["signal"],
-                          oom_killed=oom)
+                          oom_killed=oom, side_channel=reply.get("side_channel", ""),
+                          side_channel_overflow=reply.get("side_channel_overflow", False))
 
     def give_to_agent(self, path: str) -> None:
         """Make `path` and everything below it the agent user's, so its commands can edit there. Only what is not

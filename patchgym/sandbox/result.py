@@ -12,6 +12,8 @@ class ExecResult:
     cut_bytes: int = 0  # output bytes dropped from the middle
     signal: int | None = None
     oom_killed: bool = False  # the sandbox's memory limit killed the command
+    side_channel: str = ""  # what the command wrote to its side channel (exec with `side_channel`), in order
+    side_channel_overflow: bool = False  # it wrote more there than the limit; the rest was dropped
 
     @property
     def ok(self) -> bool:

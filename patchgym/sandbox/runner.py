@@ -12,9 +12,14 @@ killed, its output pipe read to the end within a bounded time, and the zombies r
 The runner stays root; a request with a `user` runs its command as that uid and gid instead (the agent's
 commands), so the command can signal neither the runner nor anything else of root's, and cannot write what root
 keeps (the base snapshot). The uid needs no /etc/passwd entry: HOME, USER and LOGNAME are set for it.
+
+A request with `side_channel` gives the command one more descriptor, SIDE_CHANNEL_FD, the write end of a pipe whose
+other end only the runner holds: what the command writes there comes back apart from its output (a test report that
+leaves the tested process as it is written, out of reach of that process and of anything it starts).
 """
 
 import base64
+import fcntl
 import io
 import json
 import os
@@ -39,7 +44,13 @@ DRAIN_AFTER_KILL_S = 1.0
 # the sandbox's own processes compete here: each sandbox has its own CPU share (its cgroup).
 COMMAND_NICE = 10
 # The home of a command run as another user (`%d`: its uid), outside the workspace so it never shows in the diff.
-AGENT_HOME = "/tmp/patchgym-home-%d"
+AGENT_HOME = "/tmp/home-%d"
+# The descriptor a command with a channel writes its side channel to; the runner keeps its own descriptors at
+# LOW_FDS and above, so that this one is free to give.
+SIDE_CHANNEL_FD = 3
+LOW_FDS = 10
+# Variables of the runner's own (the host's bookkeeping) that no command inherits.
+PRIVATE_ENV_PREFIX = "PATCHGYM_"
 
 
 def lower_priority():
@@ -110,15 +121,56 @@ REQUESTS = None
 ALONE = False
 
 
-def read_available(fd, cap, timeout, proc=None):
-    """Read whatever `fd` yields within `timeout`; False once it reached end of file. `fd` None: only watch the host."""
-    watch = [f for f in (fd, REQUESTS.fd if REQUESTS else None) if f is not None]
+def high_fd(fd):
+    """`fd` moved to LOW_FDS or above (not inherited), so the low numbers stay free for what commands are given."""
+    if fd >= LOW_FDS:
+        return fd
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD, LOW_FDS)
+    os.set_inheritable(moved, False)
+    os.close(fd)
+    return moved
+
+
+class SideChannel(object):
+    """The read end of a command's side channel and what came through it, at most `limit` bytes."""
+
+    def __init__(self, limit):
+        read, write = os.pipe()
+        self.fd = high_fd(read)
+        write = high_fd(write)
+        os.dup2(write, SIDE_CHANNEL_FD)  # inheritable: the command gets it (pass_fds), then the runner lets go of it
+        os.close(write)
+        self.limit = limit
+        self.data = bytearray()
+        self.overflow = False
+
+    def add(self, chunk):
+        room = self.limit - len(self.data)
+        self.data += chunk[:max(room, 0)]
+        self.overflow = self.overflow or len(chunk) > room
+
+    def reply(self):
+        return {"side_channel": self.data.decode("utf-8", "replace"), "side_channel_overflow": self.overflow}
+
+
+def read_available(fd, cap, timeout, proc=None, channel=None):
+    """Read whatever `fd` yields within `timeout`; False once it reached end of file. `fd` None: only watch the host.
+    `channel`: also take what the command's side channel holds, until it ends (then its fd is None)."""
+    side = channel.fd if channel is not None else None
+    watch = [f for f in (fd, side, REQUESTS.fd if REQUESTS else None) if f is not None]
     ready, _, _ = select.select(watch, [], [], timeout)
     if REQUESTS and REQUESTS.fd in ready and not REQUESTS.poll():
         # Nobody will read the answer (the host died or closed us): stop the command and leave with it.
         if proc is not None:
             kill_tree(proc, ALONE)
         os._exit(0)
+    if side is not None and side in ready:
+        chunk = os.read(side, READ_CHUNK)
+        if chunk:
+            channel.add(chunk)
+        else:
+            os.close(side)
+            channel.fd = None
     if fd is None or fd not in ready:
         return True
     chunk = os.read(fd, READ_CHUNK)
@@ -137,7 +189,7 @@ def run_command(req):
     if uid is not None and os.geteuid() != 0:
         raise PermissionError("the runner runs as uid %d, not root: it cannot run a command as uid %d"
                               % (os.geteuid(), uid))
-    env = dict(os.environ)
+    env = dict((k, v) for k, v in os.environ.items() if not k.startswith(PRIVATE_ENV_PREFIX))
     if uid is not None:
         env.update(agent_env(uid))
     env.update(req.get("env") or {})
@@ -145,15 +197,22 @@ def run_command(req):
     cap = OutputCap(int(req.get("limit") or 262144))
     start = time.monotonic()
     kill_leftovers(ALONE)  # in case an earlier cleanup ran out of time
+    channel = SideChannel(int(req["side_channel"])) if req.get("side_channel") else None
     try:
         proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             cwd=req.get("cwd") or None, env=env, start_new_session=True, close_fds=True,
-            preexec_fn=command_setup(uid),
+            pass_fds=(SIDE_CHANNEL_FD,) if channel else (), preexec_fn=command_setup(uid),
         )
     except OSError as exc:
-        return {"output": "%s: %s\n" % (argv[0], exc.strerror or exc), "exit_code": 127 if exc.errno == 2 else 126,
-                "timed_out": False, "duration": time.monotonic() - start, "cut_bytes": 0, "signal": None}
+        if channel is not None:
+            os.close(channel.fd)
+        return dict({"output": "%s: %s\n" % (argv[0], exc.strerror or exc), "exit_code": 127 if exc.errno == 2
+                     else 126, "timed_out": False, "duration": time.monotonic() - start, "cut_bytes": 0,
+                     "signal": None}, **(channel.reply() if channel else {}))
+    finally:
+        if channel is not None:
+            os.close(SIDE_CHANNEL_FD)  # the command's end now; ours would keep the pipe open past the command
     fd = proc.stdout.fileno()
     deadline = None if timeout is None else start + float(timeout)
     timed_out = False
@@ -167,23 +226,29 @@ def run_command(req):
                 timed_out = True
                 break
         if open_:
-            open_ = read_available(fd, cap, wait, proc)
+            open_ = read_available(fd, cap, wait, proc, channel)
         else:  # the command closed its output and runs on (or is just exiting: poll often)
-            read_available(None, cap, min(wait, 0.01), proc)
+            read_available(None, cap, min(wait, 0.01), proc, channel)
     if not timed_out:
         drain_until = time.monotonic() + DRAIN_MAX_S
         while open_ and time.monotonic() < drain_until and select.select([fd], [], [], DRAIN_AFTER_EXIT_S)[0]:
-            open_ = read_available(fd, cap, 0)
+            open_ = read_available(fd, cap, 0, None, channel)
     kill_tree(proc, ALONE)
     drain_until = time.monotonic() + DRAIN_AFTER_KILL_S
-    while open_ and time.monotonic() < drain_until:
-        open_ = read_available(fd, cap, drain_until - time.monotonic())
+    while (open_ or (channel is not None and channel.fd is not None)) and time.monotonic() < drain_until:
+        if open_:
+            open_ = read_available(fd, cap, drain_until - time.monotonic(), None, channel)
+        else:
+            read_available(None, cap, drain_until - time.monotonic(), None, channel)
     proc.stdout.close()
+    if channel is not None and channel.fd is not None:
+        os.close(channel.fd)
     output, cut = cap.text()
     code = proc.returncode
     sig = -code if code < 0 else None
-    return {"output": output, "exit_code": 128 + sig if sig else code, "timed_out": timed_out,
-            "duration": time.monotonic() - start, "cut_bytes": cut, "signal": sig}
+    return dict({"output": output, "exit_code": 128 + sig if sig else code, "timed_out": timed_out,
+                 "duration": time.monotonic() - start, "cut_bytes": cut, "signal": sig},
+                **(channel.reply() if channel else {}))
 
 
 def read_file(req):
@@ -241,11 +306,12 @@ def serve(in_fd, stdout):
 
 if __name__ == "__main__":
     # The protocol owns fds 0 and 1; a stray print elsewhere in this process would corrupt it.
-    proto_in = os.dup(0)
-    proto_out = os.fdopen(os.dup(1), "wb")
+    proto_in = high_fd(os.dup(0))
+    proto_out = os.fdopen(high_fd(os.dup(1)), "wb")
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)
     os.dup2(2, 1)
+    os.close(devnull)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     if len(sys.argv) > 1:  # the default working directory of commands
         if not os.path.isdir(sys.argv[1]):

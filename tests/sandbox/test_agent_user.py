@@ -34,7 +34,7 @@ def test_agent_commands_run_as_the_agent_user_and_grading_as_root(backend, base_
     with open_sandbox(SandboxConfig(backend=backend, agent_user=uid, **LIMITS), image=base_image) as sb:
         assert sb.exec(f"getent passwd {uid} || echo none").output == "none\n", "the test wants a uid the image lacks"
         r = agent(sb, "id -u; id -g; id -G; echo $HOME $USER; touch $HOME/x && echo writable")
-        assert r.output.split() == [str(uid)] * 3 + [f"/tmp/patchgym-home-{uid}", "agent", "writable"], r.output
+        assert r.output.split() == [str(uid)] * 3 + [f"/tmp/home-{uid}", "agent", "writable"], r.output
         assert sb.exec("id -u; id -G").output.split() == ["0", "0"]
 
 
@@ -70,7 +70,7 @@ def test_git_and_python_work_for_a_uid_without_a_passwd_entry(sb):
                   "git status --porcelain && python3 -c 'import getpass, os; print(getpass.getuser(), "
                   "os.path.expanduser(\"~\"))' && python3 -m pip --version >/dev/null && echo ok",
               cwd="/testbed")
-    assert r.ok and r.output.split() == ["patchgym", "patchgym@localhost", "agent", "/tmp/patchgym-home-1000",
+    assert r.ok and r.output.split() == ["patchgym", "patchgym@localhost", "agent", "/tmp/home-1000",
                                          "ok"], r.output
 
 
@@ -132,12 +132,12 @@ def test_the_runner_drops_to_the_agent_user_on_python_3_6(tmp_path):
     try:
         assert json.loads(proc.stdout.readline())["python"].startswith("3.6")
         mine = ask(op="exec", cmd="id -u; id -G; echo $HOME", user=4243)
-        assert mine["output"].split() == ["4243", "4243", "/tmp/patchgym-home-4243"], mine
+        assert mine["output"].split() == ["4243", "4243", "/tmp/home-4243"], mine
         assert ask(op="exec", cmd="id -u")["output"] == "0\n"
         ask(op="shutdown")
     finally:
         proc.kill()
-        shutil.rmtree("/tmp/patchgym-home-4243", ignore_errors=True)
+        shutil.rmtree("/tmp/home-4243", ignore_errors=True)
 
 
 def test_a_setuid_root_binary_gives_the_agent_nothing(sb):
