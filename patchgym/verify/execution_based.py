@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from patchgym.env.grading import report
-from patchgym.env.grading.grader import PASSING, REPORT_PARSER, REPORT_PATH, grader_owns
+from patchgym.env.grading.grader import PASSING, REPORT_PARSER, grader_owns
 from patchgym.env.workspace import PatchApplyError, apply_patch, prepare_workspace
 from patchgym.sandbox import Sandbox, SandboxConfig, SandboxError
 from patchgym.sandbox.pool import PoolSet
@@ -236,16 +236,15 @@ def _restore_owned(sandbox: Sandbox, task: Task) -> None:
 def _run_regression(sandbox: Sandbox, task: Task, files: list[str], plugins: list[str] | None,
                     config: VerifierConfig) -> tuple[int, int]:
     """(passed, total) over the tests of `files`, from the report plugin (never from printed output), run as the
-    grader runs it: autoload off, only `plugins` (those installed before the patch); None: autoload on."""
+    grader runs it: as the agent's user, the report through the side channel, autoload off, only `plugins` (those
+    installed before the patch); None: autoload on."""
     if not files:
         return 0, 0
-    report.install_report_plugin(sandbox)
-    sandbox.exec(["rm", "-f", REPORT_PATH])
     command = report.pytest_command(config.regression_cmd.format(files=shlex.join(files), workdir=task.workdir),
-                                    REPORT_PATH, plugins)
-    sandbox.exec(command, cwd=task.workdir, timeout=config.regression_timeout_s)
+                                    report.install_report_plugin(sandbox), plugins)
+    run = report.run_reported(sandbox, command, task.workdir, config.regression_timeout_s)
     try:
-        statuses = report.read_report(sandbox, REPORT_PATH)
+        statuses = report.read_report(run)
     except report.ReportMissing:  # Tampered too: a forged run counts as no regression test passing
         return 0, 0
     return sum(s in PASSING for s in statuses.values()), len(statuses)

@@ -17,7 +17,8 @@ def test_gold_patch_resolves(grade, tiny_task):
     assert g.resolved and g.error is None, g
     assert g.f2p == {"tests/test_add.py::test_add": "PASSED"}
     assert g.p2p == {"tests/test_sub.py::test_sub": "PASSED"}
-    assert g.exit_code == 0
+    assert g.exit_code == 1, "the inverse canary the grader planted fails on purpose"
+    assert set(g.tests) == {"tests/test_add.py::test_add", "tests/test_sub.py::test_sub"}, "canaries are left out"
 
 
 def test_empty_patch_is_an_honest_failure(grade):
@@ -132,11 +133,14 @@ def test_a_run_cut_short_after_forged_reports_is_tampered(grade_init):
 
 
 def test_lines_written_into_the_report_by_the_code_under_test_are_tampered(grade_init):
+    """The report channel is the tests' process's to write to: a copy of its descriptor, kept past pytest's end,
+    adds lines after the plugin's closing one."""
     forged = '{"nodeid": "tests/test_add.py::test_add", "when": "call", "outcome": "passed"}'
-    append = ("import atexit, glob\n\n\ndef _append():\n    for path in glob.glob('/opt/patchgym/grader/*.jsonl'):\n"
-              f"        open(path, 'a').write({forged!r} + '\\n')\n\n\natexit.register(_append)\n")
+    append = ("import atexit, os\n\n_fd = os.dup(3)\n\n\ndef _append():\n"
+              f"    os.write(_fd, ({forged!r} + '\\n').encode())\n\n\natexit.register(_append)\n")
     g = grade_init(append)
     assert not g.resolved and g.error == "tampered", g
+    assert "after its closing line" in g.error_detail
 
 
 # Tricks for the factory's tasks, whose source directory is on sys.path from the start (a .pth in the image), so

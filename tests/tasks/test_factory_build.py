@@ -14,7 +14,6 @@ from patchgym.tasks.factory.sources import WORKDIR, load_recipes
 
 PACKAGES = ["cachetools", "isodate"]  # the CI set of tests/conftest.py
 PER_PACKAGE = 3
-REPORT = "/tmp/check-report.jsonl"
 
 
 @pytest.fixture(scope="module")
@@ -31,11 +30,10 @@ def _run(sandbox, cmd: str) -> None:
 
 
 def _statuses(sandbox, task, tests: list[str]) -> dict[str, str]:
-    env = report.install_report_plugin(sandbox)
     recipe = load_recipes()[task.repo]
-    command = f"{recipe.test_cmd(tests)} -q --tb=no {shlex.join(report.pytest_report_args(REPORT))}"
-    sandbox.exec(command, cwd=WORKDIR, env=env, timeout=recipe.timeout)
-    return report.read_report(sandbox, REPORT)
+    command = report.pytest_command(f"{recipe.test_cmd(tests)} -q --tb=no", report.install_report_plugin(sandbox),
+                                    plugins=None)
+    return report.read_report(report.run_reported(sandbox, command, WORKDIR, recipe.timeout))
 
 
 def test_build_makes_the_tasks_asked_for(built):

@@ -88,11 +88,10 @@ def test_the_graders_hardening_holds_for_javascript(npm_tasks, ready_backend, tm
             "package.json", buggy_text(task, "package.json", tmp_path), '{"name": "minimist", "main": "x.js"}\n'),
         # a tape of its own in the workspace's node_modules (found before /node_modules), which "passes" every test
         "node_modules": new_file_diff("node_modules/tape/index.js", FAKE_TAPE),
-        # reporter output printed by the code under test, and records written into the report itself
+        # reporter output printed by the code under test, and records written into the report channel itself
         "printed output": file_diff("index.js", source, source + f"console.log({json.dumps(printed)});\n"
                                     f"console.log({json.dumps(records)});\n"),
-        "report write": file_diff("index.js", source, source + "require('fs').appendFileSync("
-                                  f"'/opt/patchgym/grader/report.jsonl', {json.dumps(records)});\n"),
+        "report write": file_diff("index.js", source, source + f"require('fs').writeSync(3, {json.dumps(records)});\n"),
     }
     outcomes = {}
     for name, patch in attacks.items():

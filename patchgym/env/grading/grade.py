@@ -38,7 +38,8 @@ class Grade(BaseModel):
     p2p: dict[str, str] = Field(default_factory=dict, description="PASS_TO_PASS test -> status (MISSING if absent)")
     error: GradeError | None = None
     error_detail: str = ""
-    exit_code: int | None = None
+    exit_code: int | None = Field(None, description="the test command's exit status (on a factory task the grader's "
+                                  "canaries fail on purpose, so a resolved grade may show 1)")
     duration: float = Field(0.0, description="seconds, sandbox start included")
     score: float | None = Field(None, description="a grader's own reward (a Harbor verifier's); null: 1 if resolved, "
                                                  "else 0")

@@ -24,6 +24,8 @@ import shlex
 import time
 
 from patchgym.env.grading import harness, parsers, report, smith_harness, swebench_harness, tape
+from patchgym.env.grading.canaries import judge, without_planted
+from patchgym.env.grading.canaries.plant import plant_canaries
 from patchgym.env.grading.grade import Grade
 from patchgym.env.workspace import PatchApplyError, apply_patch, check_out_start
 from patchgym.sandbox import Sandbox, SandboxConfig, SandboxError, open_sandbox
@@ -32,13 +34,15 @@ from patchgym.tasks import Task, TaskError
 from patchgym.tasks.specs import SMITH_PROFILE_PARSER
 
 PASSING = ("PASSED", "XFAIL")
+# A factory task's tests passed in both clean runs: an xfail now is a mark the patch added, not a pass.
+FACTORY_PASSING = ("PASSED",)
 REPORT_PARSER = "patchgym_report"
-GRADER_DIR = "/opt/patchgym/grader"
-REPORT_PATH = f"{GRADER_DIR}/report.jsonl"
+# The grader's own files, where the tests (the agent's user) can neither read nor list: under root's home, 0700.
+GRADER_DIR = "/root/.grading"
 EVAL_SCRIPT = f"{GRADER_DIR}/eval.sh"
 NONCE_FILE = f"{GRADER_DIR}/nonce"
 PYTEST_CONFIG_DIR = f"{GRADER_DIR}/pytest-config"
-SNAPSHOT = "GIT_DIR=/opt/patchgym/grader/snapshot.git"
+SNAPSHOT = f"GIT_DIR={GRADER_DIR}/snapshot.git"
 LOG_LIMIT = 16 << 20
 _SEPARATOR = "--patchgym-untracked--"
 _CREATED = re.compile(r"^--- /dev/null\n\+\+\+ b/(.+)$", re.MULTILINE)
@@ -77,6 +81,7 @@ def grade_patch(task: Task, patch: str, config: SandboxConfig | None = None, *, 
     for _ in range(retries + 1):
         try:
             with pools.sandbox(image) if pools else open_sandbox(config, image=image) as sandbox:
+                sandbox.exec(f"mkdir -p -m 700 {GRADER_DIR} && chmod 700 /root")
                 grade = (_grade_imported if task.imported else _grade_in)(sandbox, task, patch, timeout)
             break
         except SandboxError as exc:
@@ -87,8 +92,8 @@ def grade_patch(task: Task, patch: str, config: SandboxConfig | None = None, *, 
 
 
 def _git(sandbox: Sandbox, args: str, cwd: str) -> str:
-    result = sandbox.exec(f"mkdir -p /opt/patchgym/grader && {SNAPSHOT} GIT_WORK_TREE=. git -c core.quotepath=off "
-                          f"{args}", cwd=cwd, timeout=600, output_limit=LOG_LIMIT)
+    result = sandbox.exec(f"{SNAPSHOT} GIT_WORK_TREE=. git -c core.quotepath=off {args}", cwd=cwd, timeout=600,
+                          output_limit=LOG_LIMIT)
     if not result.ok:
         raise SandboxError(f"grader: git {args.split()[0]} failed: {result.output[-2000:]}")
     return result.output
@@ -136,34 +141,57 @@ def _grade_in(sandbox: Sandbox, task: Task, patch: str, timeout: float) -> Grade
         apply_patch(sandbox, task.test_patch, wd, "tests")
     except PatchApplyError as exc:
         raise SandboxError(f"task {task.instance_id}: its test_patch does not apply: {exc}") from exc
+    if task.log_parser not in (REPORT_PARSER, tape.TAPE_PARSER):  # a row graded from its printed log
+        run = sandbox.exec(task.test_cmd or task.eval_script, cwd=wd, timeout=timeout, output_limit=LOG_LIMIT)
+        if run.timed_out:
+            return _timed_out(task, run, timeout)
+        return _verdict(task, parsers.parse_log(run.output, task.log_parser), run, "no test results in the log",
+                        PASSING)
 
-    command = task.test_cmd or task.eval_script
+    canaries = plant_canaries(sandbox, task, javascript_tests=task.log_parser == tape.TAPE_PARSER)
     if task.log_parser == REPORT_PARSER:
-        report.install_report_plugin(sandbox)
-        command = report.pytest_command(command, REPORT_PATH, plugins)
-    elif task.log_parser == tape.TAPE_PARSER:  # a JavaScript task: its command runs patchgym's tape reporter
-        tape.install_tape_reporter(sandbox)
-    run = sandbox.exec(command, cwd=wd, timeout=timeout, output_limit=LOG_LIMIT)
-    if run.timed_out:
-        return Grade(instance_id=task.instance_id, error="timeout", error_detail=f"tests ran over {timeout:g} s",
-                     exit_code=run.exit_code)
-    if task.log_parser in (REPORT_PARSER, tape.TAPE_PARSER):
-        try:
-            statuses = report.read_report(sandbox, REPORT_PATH)
-        except report.Tampered as exc:
-            return Grade(instance_id=task.instance_id, error="tampered", error_detail=str(exc), exit_code=run.exit_code)
-        except report.ReportMissing as exc:
-            statuses, detail = {}, str(exc)
+        _clear_bytecode(sandbox, wd)
+        command = report.pytest_command(task.test_cmd, report.install_report_plugin(sandbox, strict=True), plugins)
     else:
-        statuses, detail = parsers.parse_log(run.output, task.log_parser), "no test results in the log"
+        command = tape.tape_command(task.test_cmd, tape.install_tape_reporter(sandbox))
+    run = report.run_reported(sandbox, command, wd, timeout, LOG_LIMIT)
+    if run.timed_out:
+        return _timed_out(task, run, timeout)
+    try:
+        statuses = report.read_report(run)
+    except report.Tampered as exc:
+        return Grade(instance_id=task.instance_id, error="tampered", error_detail=str(exc), exit_code=run.exit_code)
+    except report.ReportMissing as exc:
+        return _verdict(task, {}, run, str(exc), FACTORY_PASSING)
+    problems = judge(canaries, statuses)
+    if problems:
+        return Grade(instance_id=task.instance_id, error="tampered", error_detail="; ".join(problems[:5]),
+                     exit_code=run.exit_code)
+    return _verdict(task, without_planted(statuses, canaries), run, "no test results", FACTORY_PASSING)
+
+
+def _timed_out(task: Task, run, timeout: float) -> Grade:
+    return Grade(instance_id=task.instance_id, error="timeout", error_detail=f"tests ran over {timeout:g} s",
+                 exit_code=run.exit_code)
+
+
+def _verdict(task: Task, statuses: dict[str, str], run, detail: str, passing: tuple[str, ...]) -> Grade:
+    """Resolved iff every FAIL_TO_PASS and PASS_TO_PASS test has a `passing` status; no_tests_ran without any."""
     if not statuses:
         return Grade(instance_id=task.instance_id, error="no_tests_ran", exit_code=run.exit_code,
                      error_detail=f"{detail}; exit code {run.exit_code}; log tail:\n{run.output[-2000:]}")
     f2p = {t: statuses.get(t, "MISSING") for t in task.FAIL_TO_PASS}
     p2p = {t: statuses.get(t, "MISSING") for t in task.PASS_TO_PASS}
-    resolved = all(s in PASSING for s in (*f2p.values(), *p2p.values()))
+    resolved = all(s in passing for s in (*f2p.values(), *p2p.values()))
     return Grade(instance_id=task.instance_id, resolved=resolved, tests=statuses, f2p=f2p, p2p=p2p,
                  exit_code=run.exit_code)
+
+
+def _clear_bytecode(sandbox: Sandbox, wd: str) -> None:
+    """Remove every compiled module in the workspace: a cache the patch planted would be run in place of its source
+    (pytest reads its assertion-rewrite caches even where it may not write them)."""
+    sandbox.exec("find . -name __pycache__ -type d -prune -exec rm -rf {} + ; find . -name '*.py[co]' -delete",
+                 cwd=wd, timeout=300)
 
 
 def _grade_imported(sandbox: Sandbox, task: Task, patch: str, timeout: float) -> Grade:
@@ -176,8 +204,9 @@ def _grade_imported(sandbox: Sandbox, task: Task, patch: str, timeout: float) ->
     pytest_row = task.log_parser in harness.PYTEST_PARSERS or swebench_harness.runs_pytest(task.log_parser)
     if pytest_row:  # all read before the patch can change them
         plugins = report.installed_plugins(sandbox, wd, prelude=harness.environment_prelude(script, wd))
-        exports = harness.pytest_exports(report.pytest_report_args(REPORT_PATH), plugins,
-                                         _copy_pytest_config(sandbox, wd), wd, report.PLUGIN_DIR)
+        plugin = report.install_report_plugin(sandbox)
+        exports = harness.pytest_exports(report.plugin_args(plugin.module, None), plugins,
+                                         _copy_pytest_config(sandbox, wd), wd, plugin.directory)
     startup = {p: _read(sandbox, f"{wd}/{p}") for p in harness.patch_paths(patch) if harness.RUNS_AT_START.search(p)}
     try:
         apply_patch(sandbox, patch, wd, "candidate")
@@ -191,9 +220,10 @@ def _grade_imported(sandbox: Sandbox, task: Task, patch: str, timeout: float) ->
     nonce = secrets.token_hex(16)
     sandbox.write_file(NONCE_FILE, nonce)
     sandbox.write_file(EVAL_SCRIPT, harness.prepared_script(script, NONCE_FILE, exports))
-    if pytest_row:
-        report.install_report_plugin(sandbox)
-    run = sandbox.exec(["bash", EVAL_SCRIPT], cwd=wd, timeout=timeout, output_limit=LOG_LIMIT)
+    # As root, as the row's own harness runs it (its scripts reset files and install); its pytest's report still
+    # leaves through the side channel.
+    run = sandbox.exec(["bash", EVAL_SCRIPT], cwd=wd, timeout=timeout, output_limit=LOG_LIMIT,
+                       side_channel=report.CHANNEL_LIMIT if pytest_row else None)
     grade = Grade(instance_id=task.instance_id, exit_code=run.exit_code)
     if run.timed_out:
         return grade.model_copy(update={"error": "timeout", "error_detail": f"tests ran over {timeout:g} s"})
@@ -210,7 +240,7 @@ def _grade_imported(sandbox: Sandbox, task: Task, patch: str, timeout: float) ->
     grade.exit_code = run.exit_code if code is None else code
     if pytest_row:
         try:
-            reported = harness.as_logged(task, report.read_report(sandbox, REPORT_PATH))
+            reported = harness.as_logged(task, report.read_report(run))
         except report.Tampered as exc:
             return grade.model_copy(update={"error": "tampered", "error_detail": str(exc)})
         except report.ReportMissing as exc:

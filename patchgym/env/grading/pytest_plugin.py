@@ -1,27 +1,32 @@
-"""pytest plugin `patchgym_report`: one JSON line per test report and per failed or skipped collection, then a
-closing line that says whether the code under test changed how pytest runs or reports tests.
+"""A pytest plugin that writes one JSON line per test report, the collected test ids and a closing line to
+_TARGET, as each happens.
 
-Copied into the sandbox and loaded with `-p patchgym_report --patchgym-report=PATH`, so grading reads
-results from pytest's own reports instead of printed text that a test could fake. Standard library only,
-and syntax any Python >= 3.6 accepts: it runs under whatever interpreter the task's repository uses.
+Standard library only, and syntax any Python >= 3.6 accepts: it runs under whatever interpreter the tested project
+uses. Loaded with `-p NAME` before any conftest or test module is imported, it takes its descriptor then and keeps
+it from the processes the tests start.
 
-The code under test runs in this process and could rewrite pytest's reporting. `-p` loads this plugin before
-any conftest or test module is imported, so the functions pytest reports and runs tests with are kept here
-then; the closing line names any that were replaced, any report hook registered since by anything but a
-conftest, and any collected test whose reports this plugin never saw.
+The code under test shares this process. The closing line says what it could see of that code changing how tests
+run or report: the functions pytest runs and reports tests with replaced, report hooks added by anything but a
+conftest, collected tests never reported, and tests whose code as run is not the code on disk (compiled again from
+the file, as pytest compiles it) or, with _STRICT, comes from anywhere but a test file.
 """
 
 import json
 import os
+import stat
 
-_fd = None
-_state = {"lines": 0, "collected": None, "seen": set(), "hooks": None, "hookexec": None, "stopped": False}
+import pytest
+
+_TARGET = 3  # set when installed: a descriptor to write to (a pipe), or a file path
+_STRICT = False  # set when installed: True when every collected test must run code from its own test files
+_state = {"lines": 0, "collected": None, "seen": set(), "hooks": None, "hookexec": None, "stopped": False,
+          "code": None}
 _OWN = {}  # this module's functions as loaded, so rebinding one of them shows
-# The hooks whose implementations decide a test's report: only conftests may add to them once collection starts.
+# The hooks whose implementations decide a test's report or whether its code runs: only conftests may add to them
+# once the session starts.
 _REPORT_HOOKS = ("pytest_runtest_protocol", "pytest_runtest_makereport", "pytest_runtest_logreport",
-                 "pytest_report_teststatus")
-
-
+                 "pytest_report_teststatus", "pytest_runtest_call", "pytest_pyfunc_call",
+                 "pytest_collection_modifyitems")
 # module:attribute path of each function pytest runs and reports tests with (missing ones, in other pytest or
 # pluggy versions, are skipped).
 _GUARDED_PATHS = (
@@ -30,6 +35,7 @@ _GUARDED_PATHS = (
     "_pytest.runner:call_and_report", "_pytest.runner:call_runtest_hook", "_pytest.runner:pytest_runtest_protocol",
     "_pytest.runner:pytest_runtest_makereport", "_pytest.main:pytest_runtestloop", "pluggy._hooks:HookCaller.__call__",
     "pluggy._hooks:_HookCaller.__call__", "pluggy._manager:PluginManager._hookexec",
+    "_pytest.python:Function.runtest", "_pytest.python:pytest_pyfunc_call",
 )
 
 
@@ -52,7 +58,22 @@ def _guarded():
     return found
 
 
+def _claim_target():
+    """The descriptor to write to: _TARGET itself, a pipe, kept from the processes the tests start; or the file,
+    opened (truncated: lines planted in it before the run do not count). None in a pytest the tests started."""
+    if isinstance(_TARGET, int):
+        try:
+            if not stat.S_ISFIFO(os.fstat(_TARGET).st_mode):
+                return None
+        except OSError:
+            return None
+        os.set_inheritable(_TARGET, False)
+        return _TARGET
+    return os.open(_TARGET, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+
+
 _GUARDED = _guarded()
+_fd = _claim_target()  # at import, which `-p` makes the first thing of the run
 
 
 def _write(record, _dumps=json.dumps, _os_write=os.write):
@@ -62,20 +83,8 @@ def _write(record, _dumps=json.dumps, _os_write=os.write):
         _state["lines"] += 1
 
 
-def pytest_addoption(parser):
-    parser.addoption("--patchgym-report", action="store", default=None, metavar="PATH",
-                     help="write one JSON line per test report to PATH (patchgym's grader)")
-
-
 def pytest_configure(config):
-    global _fd
-    path = config.getoption("--patchgym-report")
-    # Under pytest-xdist the workers' reports reach the controller, which alone writes the file
-    # (xdist before 2.0 called its workers "slaves").
-    if not path or hasattr(config, "workerinput") or hasattr(config, "slaveinput"):
-        return
-    # Truncate: lines planted in the file before the run must not count.
-    _fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+    # pytest-xdist's workers are processes of their own, without the descriptor: their reports reach this one.
     _OWN.update((name, value) for name, value in globals().items()
                 if callable(value) and getattr(value, "__module__", None) == __name__)
     _state["hookexec"] = getattr(config.pluginmanager, "_inner_hookexec", None)
@@ -83,16 +92,26 @@ def pytest_configure(config):
 
 def _hook_impls(config):
     """{(hook name, function): plugin} over _REPORT_HOOKS."""
-    return {(name, impl.function): impl.plugin for name in _REPORT_HOOKS
-            for impl in getattr(config.hook, name).get_hookimpls()}
+    found = {}
+    for name in _REPORT_HOOKS:
+        caller = getattr(config.hook, name, None)
+        for impl in caller.get_hookimpls() if caller is not None else ():
+            found[(name, impl.function)] = impl.plugin
+    return found
 
 
+@pytest.hookimpl(trylast=True)  # after pytest's own plugins registered theirs (the fixture manager)
 def pytest_sessionstart(session):
     _state["hooks"] = _hook_impls(session.config)
 
 
 def pytest_collection_finish(session):
+    if _fd is None:
+        return
     _state["collected"] = [item.nodeid for item in session.items]
+    _write({"nodeid": "", "when": "collected", "nodeids": _state["collected"]})
+    _state["code"] = dict((item.nodeid, _code_of(item)) for item in session.items)
+    _state["code_problems"] = _code_problems(session, _state["code"])
 
 
 def pytest_keyboard_interrupt(excinfo):
@@ -101,8 +120,92 @@ def pytest_keyboard_interrupt(excinfo):
 
 def pytest_sessionfinish(session, exitstatus):
     _state["stopped"] = _state["stopped"] or bool(session.shouldstop or session.shouldfail)  # -x, --maxfail
+    _state["session"] = session
 
 
+# -- the code a test runs --------------------------------------------------------------------------------------------
+def _code_of(item):
+    """The code object of the function `item` calls (a test function or method), or None for other items."""
+    try:
+        function = getattr(item, "function", None)
+    except Exception:
+        return None
+    function = getattr(function, "__func__", function)
+    return getattr(function, "__code__", None)
+
+
+def _fingerprint(code):
+    """What a code object computes, without where it sits: bytecode, names and constants, nested code included."""
+    consts = tuple(_fingerprint(c) if hasattr(c, "co_code") else (type(c).__name__, repr(c)) for c in code.co_consts)
+    return (code.co_name, code.co_code, code.co_names, code.co_varnames, code.co_freevars, consts)
+
+
+def _disk_codes(path, config, cache):
+    """{(name, first line): fingerprint} of every function in the file at `path` compiled from disk, plainly and as
+    pytest's assertion rewriting compiles a test module (both: which one pytest used depends on the file)."""
+    if path in cache:
+        return cache[path]
+    found = {}
+    try:
+        with open(path, "rb") as f:
+            source = f.read()
+        modules = [compile(source, path, "exec", dont_inherit=True)]
+    except (OSError, SyntaxError, ValueError):
+        cache[path] = None
+        return None
+    try:
+        from _pytest.assertion import rewrite
+        try:
+            from pathlib import Path
+            made = rewrite._rewrite_test(Path(path), config)
+        except TypeError:
+            made = rewrite._rewrite_test(config, path)  # pytest before 5
+        modules += [m for m in (made if isinstance(made, tuple) else (made,)) if hasattr(m, "co_code")]
+    except Exception:
+        pass
+    todo = list(modules)
+    while todo:
+        code = todo.pop()
+        for const in code.co_consts:
+            if hasattr(const, "co_code"):
+                found.setdefault((const.co_name, const.co_firstlineno), set()).add(_fingerprint(const))
+                todo.append(const)
+    cache[path] = found
+    return found
+
+
+def _inside(path, root):
+    return os.path.abspath(path).startswith(os.path.join(os.path.abspath(root), ""))
+
+
+def _code_problems(session, codes):
+    """One line for each collected test whose code as run is not what its file on disk compiles to."""
+    problems, cache = [], {}
+    root = str(session.config.rootdir)
+    for nodeid, code in sorted(codes.items(), key=lambda pair: pair[0]):
+        if code is None:
+            continue
+        path = code.co_filename
+        on_disk = _disk_codes(path, session.config, cache) if os.path.isfile(path) else None
+        if on_disk is None:
+            if _STRICT or path.startswith("<"):
+                problems.append("%s runs code compiled from %s, not from a file" % (nodeid, path))
+            continue
+        name = os.path.basename(path)
+        own = name.startswith(("test_", "conftest")) or name.endswith(("_test.py", "_tests.py")) or (
+            "/test" in "/" + os.path.relpath(os.path.dirname(path), root))
+        if _inside(path, root) and not own:
+            if _STRICT:
+                problems.append("%s runs code from %s, which is not a test file" % (nodeid, path))
+            continue
+        if not _inside(path, root):
+            continue  # a library's wrapper (unittest.mock, a decorator of an installed package)
+        if _fingerprint(code) not in on_disk.get((code.co_name, code.co_firstlineno), ()):
+            problems.append("%s runs code that is not what %s holds at line %d" % (nodeid, path, code.co_firstlineno))
+    return problems
+
+
+# -- the closing line ------------------------------------------------------------------------------------------------
 def _conftest_plugin(plugin, conftests):
     """True for a conftest module, or a module a conftest names in `pytest_plugins`."""
     if os.path.basename(getattr(plugin, "__file__", None) or "") == "conftest.py":
@@ -114,8 +217,7 @@ def _tampering(config):
     """What the code under test changed in how pytest runs and reports tests, each as one line."""
     found = ["{}.{} was replaced".format(getattr(owner, "__name__", owner), name)
              for owner, name, original in _GUARDED if vars(owner).get(name) is not original]
-    found += ["patchgym_report.{} was replaced".format(name) for name, value in _OWN.items()
-              if globals().get(name) is not value]
+    found += ["{} was replaced".format(name) for name, value in _OWN.items() if globals().get(name) is not value]
     if getattr(config.pluginmanager, "_inner_hookexec", None) is not _state["hookexec"]:
         found.append("pluggy's hook caller was replaced")
     if _state["hooks"] is not None:
@@ -131,6 +233,13 @@ def _tampering(config):
         unseen = [nodeid for nodeid in _state["collected"] if nodeid not in _state["seen"]]
         if unseen:
             found.append("{} collected tests were never reported, e.g. {}".format(len(unseen), unseen[0]))
+    found += _state.get("code_problems") or []
+    session = _state.get("session")
+    if _state["code"] is not None and session is not None:
+        now = dict((item.nodeid, _code_of(item)) for item in session.items)
+        found += ["%s: its code was replaced while the tests ran" % nodeid for nodeid, code in sorted(now.items())
+                  if code is not None and _state["code"].get(nodeid) is not None
+                  and _fingerprint(code) != _fingerprint(_state["code"][nodeid])]
     return found
 
 
@@ -144,7 +253,9 @@ def pytest_unconfigure(config):
 
 def pytest_runtest_logreport(report):
     _state["seen"].add(report.nodeid)
-    _write({"nodeid": report.nodeid, "when": report.when, "outcome": report.outcome,
+    # pytest 9's subtests report under their test's id, each before the test's own call report
+    when = "subtest" if report.when == "call" and hasattr(report, "context") else report.when
+    _write({"nodeid": report.nodeid, "when": when, "outcome": report.outcome,
             "wasxfail": getattr(report, "wasxfail", None)})
 
 

@@ -1,21 +1,27 @@
-"""Structured pytest results for grading: install the `patchgym_report` plugin in a sandbox, run pytest with it and
-no plugin the grader did not name, read what it wrote.
+"""Structured pytest results for grading: the report plugin installed where the tests can read it but not change it,
+under a name that says nothing, writing each result to a side channel that only the sandbox's runner holds; pytest
+run as the agent's user (never root, so nothing it starts can reach the runner), with no plugin the grader did not
+name; what came through the channel read and checked.
 
-Unlike parsing printed logs, a test that prints `PASSED tests/x.py::test_y` cannot change this result.
+Unlike parsing printed logs, a test that prints `PASSED tests/x.py::test_y` cannot change this result, and unlike a
+report file, nothing the tests leave behind can rewrite it after the fact.
 """
 
 import json
+import secrets
 import shlex
+import string
+from dataclasses import dataclass
 from pathlib import Path
 
-from patchgym.env.grading.report_reader import ReportMissing, Tampered, parse_report, statuses_of
-from patchgym.sandbox import SandboxError
+from patchgym.env.grading.report_reader import ReportMissing, Tampered, statuses_of
+from patchgym.sandbox import ExecResult, Sandbox, SandboxError
 
-PLUGIN_DIR = "/opt/patchgym/grader"  # inside the sandbox, outside any workspace the agent edits
-PLUGIN_MODULE = "patchgym_report"
 PLUGIN_SOURCE = (Path(__file__).parent / "pytest_plugin.py").read_text()
 READER_SOURCE = (Path(__file__).parent / "report_reader.py").read_text()  # for exported verifiers
-__all__ = ["ReportMissing", "Tampered", "parse_report"]  # re-exported: callers catch them from here
+SIDE_CHANNEL_FD = 3  # patchgym.sandbox.runner.SIDE_CHANNEL_FD, the descriptor a command's side channel is on
+CHANNEL_LIMIT = 64 << 20  # a report larger than this is not an honest one
+__all__ = ["ReportMissing", "Tampered"]  # re-exported: callers catch them from here
 
 
 # The pytest11 entry points installed, as a JSON list (Python 3.6 and later; importlib.metadata from 3.8).
@@ -33,15 +39,36 @@ print(json.dumps(sorted(set(names))))
 """
 
 
-def install_report_plugin(sandbox) -> dict[str, str]:
-    """Write the plugin into PLUGIN_DIR in `sandbox`; return the env to run pytest with."""
-    sandbox.write_file(f"{PLUGIN_DIR}/{PLUGIN_MODULE}.py", PLUGIN_SOURCE)
-    return {"PYTHONPATH": PLUGIN_DIR}
+def neutral_name(length: int = 10) -> str:
+    """A random name (letters only) for what the grader puts where the tests can see it."""
+    return "".join(secrets.choice(string.ascii_lowercase) for _ in range(length))
 
 
-def pytest_report_args(report_path: str) -> list[str]:
-    """pytest arguments that load the plugin and send its report to `report_path`."""
-    return ["-p", PLUGIN_MODULE, f"--patchgym-report={report_path}"]
+@dataclass(frozen=True)
+class InstalledPlugin:
+    """The report plugin as installed: `-p module`, found on `directory`."""
+
+    directory: str
+    module: str
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"PYTHONPATH": self.directory}
+
+
+def plugin_source(target: int | str = SIDE_CHANNEL_FD, strict: bool = False) -> str:
+    """The plugin's source set to write to `target` (a descriptor, or a file path), `strict` or not."""
+    source = PLUGIN_SOURCE.replace("\n_TARGET = 3  #", f"\n_TARGET = {target!r}  #", 1)
+    return source.replace("\n_STRICT = False  #", f"\n_STRICT = {strict!r}  #", 1)
+
+
+def install_report_plugin(sandbox: Sandbox, strict: bool = False) -> InstalledPlugin:
+    """Write the plugin, set to the side channel, into a fresh root-owned directory of `sandbox` that any user can
+    read; both named at random."""
+    plugin = InstalledPlugin(f"/tmp/{neutral_name()}", f"_{neutral_name()}")
+    sandbox.exec(["mkdir", "-m", "755", plugin.directory])
+    sandbox.write_file(f"{plugin.directory}/{plugin.module}.py", plugin_source(SIDE_CHANNEL_FD, strict), mode=0o644)
+    return plugin
 
 
 def installed_plugins(sandbox, cwd: str, prelude: str = "") -> list[str]:
@@ -57,27 +84,39 @@ def installed_plugins(sandbox, cwd: str, prelude: str = "") -> list[str]:
     return json.loads(lines[-1])
 
 
-def pytest_command(command: str, report_path: str, plugins: list[str] | None, plugin_dir: str = PLUGIN_DIR) -> str:
-    """`command` (a pytest run) with autoload off, only `plugins` and the report plugin loaded, to `report_path`;
-    with `plugins` None autoload stays on (an imported row's environment, whose harness loads its plugins so).
-    `plugin_dir`: where the plugin module is (an exported Harbor task keeps it in /tests).
+def plugin_args(module: str, plugins: list[str] | None) -> list[str]:
+    """pytest arguments that load the report plugin first, then `plugins`."""
+    return ["-p", module] + [arg for name in plugins or () for arg in ("-p", name)]
+
+
+def pytest_command(command: str, plugin: InstalledPlugin, plugins: list[str] | None) -> str:
+    """`command` (a pytest run) with autoload off, only `plugins` and the report plugin loaded; with `plugins` None
+    autoload stays on (an imported row's environment, whose harness loads its plugins so).
 
     PYTHONSAFEPATH: `python -m pytest` must not put the workspace first on sys.path, where a file from the patch
-    could stand in for pytest or for our plugin before either is imported. PYTEST_PLUGINS and PYTEST_ADDOPTS are the
+    could stand in for pytest or for the plugin before either is imported. PYTEST_PLUGINS and PYTEST_ADDOPTS are the
     grader's to set, and it sets neither.
     """
-    # The report plugin first: it must be imported before any other plugin, which may be code under test.
-    args = pytest_report_args(report_path) + [arg for name in plugins or () for arg in ("-p", name)]
     autoload = "" if plugins is None else "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 "
-    env = f"PYTHONSAFEPATH=1 {autoload}PYTHONPATH={plugin_dir}${{PYTHONPATH:+:$PYTHONPATH}}"
-    return f"export {env}; unset PYTEST_PLUGINS PYTEST_ADDOPTS; {command} {shlex.join(args)}"
+    env = f"PYTHONSAFEPATH=1 {autoload}PYTHONPATH={plugin.directory}${{PYTHONPATH:+:$PYTHONPATH}}"
+    args = shlex.join(plugin_args(plugin.module, plugins))
+    return f"export {env}; unset PYTEST_PLUGINS PYTEST_ADDOPTS; {command} {args}"
 
 
-def read_report(sandbox, report_path: str) -> dict[str, str]:
-    """The parsed report at `report_path` in `sandbox`; ReportMissing when there is no sign the suite ran,
-    Tampered when the run changed how pytest reports (then no result of it counts)."""
-    try:
-        text = sandbox.read_file(report_path).decode("utf-8", errors="replace")
-    except FileNotFoundError:
-        raise ReportMissing(f"no test report at {report_path}: pytest did not start, or not with the plugin") from None
-    return statuses_of(text, report_path)
+def run_reported(sandbox: Sandbox, command: str | list[str], cwd: str, timeout: float,
+                 output_limit: int | None = None) -> ExecResult:
+    """Run `command` (one that loads the report plugin) as the agent's user, with the side channel the plugin
+    writes to."""
+    return sandbox.exec(command, cwd=cwd, timeout=timeout, output_limit=output_limit, agent=True,
+                        side_channel=CHANNEL_LIMIT)
+
+
+def read_report(run: ExecResult) -> dict[str, str]:
+    """The statuses the plugin sent through `run`'s side channel; ReportMissing when there is no sign the suite ran,
+    Tampered when the run changed how tests run or report, or something besides the plugin wrote to the channel."""
+    if run.side_channel_overflow:
+        raise Tampered(f"the test run sent over {CHANNEL_LIMIT >> 20} MB through the report channel")
+    if not run.side_channel:
+        raise ReportMissing("no test result came through the report channel: pytest did not start, or not with the "
+                            "report plugin")
+    return statuses_of(run.side_channel, "the report channel")

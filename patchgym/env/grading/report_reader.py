@@ -13,12 +13,13 @@ class ReportMissing(Exception):
 
 
 class Tampered(ReportMissing):
-    """The run changed how pytest runs or reports tests, or ended before the plugin's closing check: there is no
-    report to trust, so a caller that does not tell the two apart (the task factory) treats it as missing."""
+    """The run changed how pytest runs or reports tests, something besides the plugin wrote results, or the run
+    ended before the plugin's closing check: there is no report to trust, so a caller that does not tell the two
+    apart (the task factory) treats it as missing."""
 
 
 def records(text):
-    """The report's JSON objects; a line cut short by a killed run is skipped."""
+    """The report's JSON objects (a line cut short by a killed run is skipped; statuses_of counts it)."""
     found = []
     for line in text.splitlines():
         try:
@@ -31,8 +32,11 @@ def records(text):
 
 
 def phase_status(record):
-    """One report's status: None where the phase says nothing (a passing setup or teardown)."""
+    """One report's status: None where the phase says nothing (a passing setup or teardown, a subtest that did not
+    fail)."""
     when, outcome = record.get("when"), record.get("outcome")
+    if when == "subtest":
+        return FAILED if outcome == "failed" else None
     xfail_marked = record.get("wasxfail") is not None
     if when == "collect":
         return ERROR if outcome == "failed" else SKIPPED
@@ -47,8 +51,9 @@ def phase_status(record):
 
 
 def combine(earlier, later):
-    """A test's status after another phase: a teardown ERROR spoils a pass, but a failed call stays FAILED."""
-    if earlier == FAILED and later == ERROR:
+    """A test's status after another phase: a teardown ERROR spoils a pass, but a failed call (or subtest) stays
+    FAILED."""
+    if earlier == FAILED and later in (ERROR, PASSED, XFAIL):
         return FAILED
     return later
 
@@ -66,22 +71,47 @@ def parse_report(text):
     return statuses
 
 
-def check_closing(found):
-    """Raise Tampered unless the last record is the plugin's closing check, clean, after exactly its own lines."""
+def check_closing(found, lines=None):
+    """Raise Tampered unless the last record is the plugin's closing check, clean, after exactly its own lines, and
+    the results are ones the plugin could have written: one per test and phase (a rerun plugin's reruns aside), of
+    collected tests only, and nothing after the closing line. `lines`: how many lines the report had, unreadable
+    ones included (None: not checked)."""
     end = found[-1] if found and found[-1].get("when") == "end" else None
     if end is None:
-        raise Tampered("pytest ended before the report plugin's closing check (killed, crashed or cut short)")
+        if any(r.get("when") == "end" for r in found):
+            raise Tampered("the report goes on after its closing line")
+        raise Tampered("the tests ended before the report plugin's closing check (killed, crashed or cut short)")
     if end.get("tampered"):
         raise Tampered("; ".join(map(str, end["tampered"])))
-    if end.get("lines") != len(found) - 1 or any(r.get("when") == "end" for r in found[:-1]):
-        raise Tampered("the report holds %d results but the plugin wrote %s" % (len(found) - 1, end.get("lines")))
+    body = found[:-1]
+    if end.get("lines") != len(body) or any(r.get("when") == "end" for r in body) or (
+            lines is not None and lines != len(found)):
+        raise Tampered("the report holds %d results but the plugin wrote %s" % (
+            (lines - 1) if lines is not None else len(body), end.get("lines")))
+    collected = [r for r in body if r.get("when") == "collected"]
+    if len(collected) > 1:
+        raise Tampered("the report lists the collected tests %d times" % len(collected))
+    known = set(collected[0].get("nodeids") or ()) if collected else None
+    seen = set()
+    for record in body:
+        when = record.get("when")
+        if when in ("collected", "collect", "subtest"):
+            continue
+        key = (record["nodeid"], when)
+        if known is not None and record["nodeid"] not in known:
+            raise Tampered("the report has a result for %s, which was never collected" % record["nodeid"])
+        if record.get("outcome") == "rerun":  # pytest-rerunfailures: a try before the result
+            continue
+        if key in seen:
+            raise Tampered("the report has two %s results for %s" % (when, record["nodeid"]))
+        seen.add(key)
 
 
 def statuses_of(text, where):
     """The statuses of a whole report's `text` (read from `where`); ReportMissing when there is no sign the suite
     ran, Tampered when the run changed how pytest reports (then no result of it counts)."""
     found = records(text)
-    if not [r for r in found if r.get("when") != "end"]:
-        raise ReportMissing("the test report at %s has no test result: the suite did not run" % where)
-    check_closing(found)
+    if not [r for r in found if r.get("when") not in ("end", "collected")]:
+        raise ReportMissing("the test report from %s has no test result: the suite did not run" % where)
+    check_closing(found, len([line for line in text.splitlines() if line.strip()]))
     return parse_report(text)

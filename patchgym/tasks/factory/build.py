@@ -16,8 +16,9 @@ from patchgym.errors import UserError
 from patchgym.sandbox import SandboxConfig, images
 from patchgym.sandbox.pool import SandboxPool
 from patchgym.tasks.factory.diffs import new_file_diff
+from patchgym.tasks.factory.hidden import Protected, check_hidden
 from patchgym.tasks.factory.mutate import find_mutations, order_mutations
-from patchgym.tasks.factory.sources import Recipe, fetch_source, image_recipe, load_recipes
+from patchgym.tasks.factory.sources import WORKDIR, Recipe, fetch_source, image_recipe, load_recipes
 from patchgym.tasks.factory.statements import code_leading_to, names_of_test, write_statement
 from patchgym.tasks.factory.validate import Baseline, Bug, Outcome, baseline, make_bug, validate_bug
 from patchgym.tasks.task import Task, write_tasks
@@ -100,6 +101,9 @@ def _build_package(recipe: Recipe, per_package: int, seed: int, out_dir: Path, c
     home = out_dir / recipe.key
     sources = recipe.source_files(tree)
     found = [m for path, text in sources.items() for m in find_mutations(path, text)]
+    update(note="looking for copies")
+    check_hidden(image if config.backend != "docker" else image.tag, protected(recipe, tree, found), WORKDIR,
+                 recipe.key, config)
     candidates = order_mutations(found, seed)[: per_package * TRIES_PER_TASK]
     with SandboxPool(config, image if config.backend != "docker" else image.tag, size=workers,
                      max_concurrency=workers) as pool:
@@ -109,6 +113,21 @@ def _build_package(recipe: Recipe, per_package: int, seed: int, out_dir: Path, c
                                              home, image.tag, update)
     return kept_tasks(order, outcomes, per_package, base, recipe, image.tag, len(found),
                       lambda bug: _task(recipe, image.tag, tree, bug, outcomes[bug.id]))
+
+
+def protected(recipe: Recipe, tree: Path, mutations) -> Protected:
+    """What a package's image must not hold twice: its test files, its source files that a bug may change, its
+    import names, its archives."""
+    files = {p.relative_to(tree).as_posix(): p for p in tree.rglob("*.py") if p.is_file()}
+    mutated = {m.path for m in mutations}
+    kept = {rel: path.read_text(encoding="utf-8", errors="replace") for rel, path in files.items()
+            if recipe.is_test_file(rel) or rel in mutated}
+    src = tree / recipe.src
+    names = sorted(p.name for p in src.iterdir() if (p / "__init__.py").is_file() and not recipe.is_test_file(
+        p.name + "/")) + sorted(p.name for p in src.glob("*.py") if p.stem not in ("setup", "conftest")
+                                and not recipe.is_test_file(p.name))
+    dist = recipe.name.replace("-", "_")
+    return Protected(kept, names, sorted({f"{recipe.name}-", f"{dist}-"}))
 
 
 def kept_tasks(order, outcomes, per_package, base: Baseline, recipe, tag: str, found: int, make_task):

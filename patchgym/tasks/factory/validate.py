@@ -2,7 +2,6 @@
 bug; a bug is kept with >= 1 FAIL_TO_PASS and >= 1 PASS_TO_PASS test, otherwise the result says why not."""
 
 import hashlib
-import shlex
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -15,7 +14,6 @@ from patchgym.tasks.factory.mutate import Mutation, compiles
 from patchgym.tasks.factory.sources import WORKDIR, Recipe
 from patchgym.tasks.factory.statements import failure_evidence
 
-REPORT_PATH = "/tmp/.patchgym-report.jsonl"
 PATCH_PATH = "/tmp/.patchgym-bug.diff"
 STATEMENT_TRIES = 3  # failing tests run one by one until one shows a usable failure
 
@@ -81,13 +79,15 @@ class SuiteTimeout(Exception):
 
 
 def run_suite(sandbox: Sandbox, recipe: Recipe) -> dict[str, str]:
-    """Statuses of the whole suite by node id; SuiteTimeout, or report.ReportMissing when it did not run."""
-    env = report.install_report_plugin(sandbox)
-    command = f"{recipe.test_cmd()} -q --tb=no {shlex.join(report.pytest_report_args(REPORT_PATH))}"
-    result = sandbox.exec(command, cwd=WORKDIR, env=env, timeout=recipe.timeout, output_limit=65536)
+    """Statuses of the whole suite by node id, run as the grader runs it (the agent's user, pytest's report through
+    the side channel, strict); SuiteTimeout, or report.ReportMissing when it did not run."""
+    plugins = report.installed_plugins(sandbox, WORKDIR)
+    plugin = report.install_report_plugin(sandbox, strict=True)
+    command = report.pytest_command(f"{recipe.test_cmd()} -q --tb=no", plugin, plugins)
+    result = report.run_reported(sandbox, command, WORKDIR, recipe.timeout, 65536)
     if result.timed_out:
         raise SuiteTimeout(f"the suite ran over {recipe.timeout:g} s")
-    statuses = report.read_report(sandbox, REPORT_PATH)
+    statuses = report.read_report(result)
     # Doctests in source modules are not tests the grader can hide; only test files count.
     return {t: s for t, s in statuses.items() if recipe.is_test_file(t.split("::", 1)[0])}
 

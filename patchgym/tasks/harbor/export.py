@@ -26,6 +26,7 @@ from patchgym.tasks.task import Task
 
 VERIFY_SOURCE = (Path(__file__).parent / "verify_script.py").read_text()
 REPORT_PATH = "/logs/verifier/report.jsonl"
+PLUGIN = report.InstalledPlugin("/tests", "report_plugin")  # the report plugin as the exported tests/ holds it
 _FILE_IN_DIFF = re.compile(r"^\+\+\+ b/(.+)$", re.MULTILINE)
 
 
@@ -55,11 +56,11 @@ def write_factory(task: Task, folder: Path, sandbox: SandboxConfig, verifier_tim
         (tests / "hidden" / path).parent.mkdir(parents=True, exist_ok=True)
         (tests / "hidden" / path).write_bytes(data)
     _write(tests / "verify.py", VERIFY_SOURCE)
-    _write(tests / f"{report.PLUGIN_MODULE}.py", report.PLUGIN_SOURCE)
+    _write(tests / f"{PLUGIN.module}.py", report.plugin_source(REPORT_PATH, strict=True))
     _write(tests / "report_reader.py", report.READER_SOURCE)
     spec = {"workdir": task.workdir, "base_git_dir": BASE_GIT_DIR, "FAIL_TO_PASS": task.FAIL_TO_PASS,
             "PASS_TO_PASS": task.PASS_TO_PASS,
-            "command": report.pytest_command(task.test_cmd, REPORT_PATH, None, plugin_dir="/tests"),
+            "command": report.pytest_command(task.test_cmd, PLUGIN, None),
             "owned": {"files": task.test_files, "names": sorted(grader.CONFIG_NAMES),
                       "patterns": [grader.TEST_PATH.pattern, "(?i)" + grader.METADATA_PATH.pattern]}}
     _write(tests / "task.json", json.dumps(spec, indent=1))

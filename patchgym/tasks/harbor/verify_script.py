@@ -3,8 +3,9 @@ by tests/test.sh inside the task's image after the agent is done. Standard libra
 
 It grades as patchgym's grader does: every file the grader owns (tests, test configuration, packaging metadata) is
 put back as the task started and new ones removed, using the starting commit the image keeps outside the workspace;
-the hidden test files are written; the test command runs with the `patchgym_report` pytest plugin; the task is
-resolved when every FAIL_TO_PASS and PASS_TO_PASS test passed in pytest's own report (printed lines do not count).
+the hidden test files are written; the test command runs with the report pytest plugin (tests/report_plugin.py); the
+task is resolved when every FAIL_TO_PASS and PASS_TO_PASS test passed in pytest's own report (printed lines do not
+count).
 It writes /logs/verifier/reward.txt (1 or 0) and grade.json (the statuses, or why there are none).
 """
 

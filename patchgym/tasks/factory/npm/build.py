@@ -4,7 +4,6 @@ candidates in seed order, validated in parallel and saved as they complete (a re
 
 from pathlib import Path
 
-from patchgym.env.grading.grader import REPORT_PATH
 from patchgym.env.grading.tape import TAPE_PARSER
 from patchgym.sandbox import SandboxConfig, images
 from patchgym.sandbox.pool import SandboxPool
@@ -17,11 +16,13 @@ from patchgym.tasks.factory.build import (
     kept_tasks,
 )
 from patchgym.tasks.factory.diffs import new_file_diff
+from patchgym.tasks.factory.hidden import Protected, check_hidden
 from patchgym.tasks.factory.mutate import order_mutations
 from patchgym.tasks.factory.npm.mutate import STRATEGIES, find_mutations
 from patchgym.tasks.factory.npm.sources import NpmRecipe, fetch_package, image_recipe, load_npm_recipes
 from patchgym.tasks.factory.npm.statements import write_statement
 from patchgym.tasks.factory.npm.validate import baseline, make_bug, validate_bug
+from patchgym.tasks.factory.sources import WORKDIR
 from patchgym.tasks.factory.validate import Bug, Outcome
 from patchgym.tasks.task import Task
 
@@ -42,6 +43,9 @@ def _build_package(recipe: NpmRecipe, per_package: int, seed: int, out_dir: Path
     home = out_dir / recipe.key
     sources = recipe.source_files(tree)
     found = [m for path, text in sources.items() for m in find_mutations(path, text)]
+    update(note="looking for copies")
+    check_hidden(image if config.backend != "docker" else image.tag, protected(recipe, tree, found), WORKDIR,
+                 recipe.key, config)
     candidates = order_mutations(found, seed, STRATEGIES)[: per_package * TRIES_PER_TASK]
     with SandboxPool(config, image if config.backend != "docker" else image.tag, size=workers,
                      max_concurrency=workers) as pool:
@@ -51,6 +55,17 @@ def _build_package(recipe: NpmRecipe, per_package: int, seed: int, out_dir: Path
                                              home, image.tag, update, make=make_bug, validate=validate_bug)
     return kept_tasks(order, outcomes, per_package, base, recipe, image.tag, len(found),
                       lambda bug: _task(recipe, image.tag, tree, bug, outcomes[bug.id]))
+
+
+def protected(recipe: NpmRecipe, tree: Path, mutations) -> Protected:
+    """What a package's image must not hold twice: its test files, its source files that a bug may change, any
+    node_modules/NAME of it, its tarballs."""
+    mutated = {m.path for m in mutations}
+    files = {p.relative_to(tree).as_posix(): p for p in tree.rglob("*") if p.is_file() and p.suffix in (".js", ".cjs",
+                                                                                                      ".mjs", ".json")}
+    kept = {rel: path.read_text(encoding="utf-8", errors="replace") for rel, path in files.items()
+            if recipe.is_test_file(rel) or rel in mutated}
+    return Protected(kept, [recipe.name], [f"{recipe.name}-"], kind="npm")
 
 
 def _task(recipe: NpmRecipe, tag: str, tree: Path, bug: Bug, outcome: Outcome) -> Task:
@@ -63,6 +78,6 @@ def _task(recipe: NpmRecipe, tag: str, tree: Path, bug: Bug, outcome: Outcome) -
         problem_statement=write_statement(recipe.name, recipe.version, outcome.evidence, outcome.evidence["code"],
                                           instance_id),
         FAIL_TO_PASS=outcome.fail_to_pass, PASS_TO_PASS=outcome.pass_to_pass, bug_patch=bug.bug_patch,
-        patch=bug.patch, test_files=test_files, test_patch=test_patch, test_cmd=recipe.test_cmd(REPORT_PATH),
+        patch=bug.patch, test_files=test_files, test_patch=test_patch, test_cmd=recipe.test_cmd(),
         log_parser=TAPE_PARSER, source="factory", strategy=outcome.strategy, created_at=outcome.created_at,
     )

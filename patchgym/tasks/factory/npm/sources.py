@@ -19,7 +19,6 @@ from patchgym.tasks.factory.sources import WORKDIR, SourceError
 
 RECIPES_FILE = Path(__file__).with_name("recipes.yaml")
 MODULES_DIR = "/node_modules"  # Node looks here after /testbed/node_modules: outside the workspace, root's
-HARNESS = "/opt/patchgym/grader/patchgym_tape.js"
 _JS = (".js", ".cjs", ".mjs")
 
 
@@ -39,10 +38,11 @@ class NpmRecipe(BaseModel):
     def key(self) -> str:
         return f"npm-{self.name}-{self.version}"
 
-    def test_cmd(self, report_path: str, files: list[str] | None = None) -> str:
-        """The suite (or `files`) under patchgym's tape reporter, writing to `report_path`; run in /testbed."""
+    def test_cmd(self, files: list[str] | None = None) -> str:
+        """tape's own command for the suite (or `files`), run in /testbed; the grader runs the same files under
+        patchgym's reporter (patchgym.env.grading.tape)."""
         targets = " ".join(shlex.quote(f) for f in files) if files else " ".join(self.tests)
-        return f"node {HARNESS} {shlex.quote(report_path)} {targets}"
+        return f"tape {targets}"
 
     @staticmethod
     def is_test_file(path: str) -> bool:
@@ -106,7 +106,11 @@ def fetch_package(recipe: NpmRecipe) -> tuple[Path, Path]:
 
 def image_recipe(recipe: NpmRecipe, tree: Path, modules: Path) -> images.ImageRecipe:
     """The package's image: Debian's Node.js (the node base), the clean source at /testbed and its dependencies at
-    /node_modules."""
+    /node_modules. A dependency that brings its own copy of the package (tape brings minimist and object-inspect)
+    gets the workspace instead, so the image holds no unmutated copy, and no copy of the hidden tests."""
+    name = shlex.quote(recipe.name)
+    link = (f"find {MODULES_DIR} -depth -type d -path '*/node_modules/'{name} | while read -r copy; do "
+            f'rm -rf "$copy" && ln -s {WORKDIR} "$copy"; done')
     return images.layer_recipe(f"patchgym/npm-{recipe.name.lower()}-{recipe.version}",
                                parent=images.node_base_recipe(),
-                               files=((tree, WORKDIR), (modules, MODULES_DIR)))
+                               files=((tree, WORKDIR), (modules, MODULES_DIR)), steps=(link,))

@@ -14,7 +14,7 @@ from patchgym.tasks.factory.npm.mutate import parses
 from patchgym.tasks.factory.npm.sources import NpmRecipe
 from patchgym.tasks.factory.npm.statements import code_leading_to, failure_in_tap
 from patchgym.tasks.factory.sources import WORKDIR
-from patchgym.tasks.factory.validate import REPORT_PATH, Baseline, Bug, Outcome, SuiteTimeout
+from patchgym.tasks.factory.validate import Baseline, Bug, Outcome, SuiteTimeout
 
 STATEMENT_TRIES = 3
 
@@ -24,13 +24,13 @@ def make_bug(mutation: Mutation, text: str) -> Bug:
 
 
 def run_suite(sandbox: Sandbox, recipe: NpmRecipe) -> dict[str, str]:
-    """Statuses of the whole suite by test id; SuiteTimeout, or report.ReportMissing when it did not run."""
-    tape.install_tape_reporter(sandbox)
-    sandbox.exec(["rm", "-f", REPORT_PATH])
-    result = sandbox.exec(recipe.test_cmd(REPORT_PATH), cwd=WORKDIR, timeout=recipe.timeout, output_limit=65536)
+    """Statuses of the whole suite by test id, run as the grader runs it (the agent's user, the reporter's records
+    through the side channel); SuiteTimeout, or report.ReportMissing when it did not run."""
+    command = tape.tape_command(recipe.test_cmd(), tape.install_tape_reporter(sandbox))
+    result = report.run_reported(sandbox, command, WORKDIR, recipe.timeout, 65536)
     if result.timed_out:
         raise SuiteTimeout(f"the suite ran over {recipe.timeout:g} s")
-    return report.read_report(sandbox, REPORT_PATH)
+    return report.read_report(result)
 
 
 def baseline(pool: SandboxPool, recipe: NpmRecipe) -> Baseline:
