@@ -47,8 +47,10 @@ class Task(BaseModel):
     repo: str = Field(min_length=1, description="owner/name, or the PyPI package for factory tasks")
     problem_statement: str = Field(min_length=1, description="what the agent is shown")
     harbor: HarborSpec | None = Field(None, description="a Harbor task folder's verifier, oracle and limits")
-    FAIL_TO_PASS: list[str] = Field(default_factory=list, description="tests that must go from failing to passing "
-                                    "(at least one, except on a Harbor task, which its own verifier grades)")
+    # validate_default: a row that lacks the key is checked too (the empty patch would resolve it)
+    FAIL_TO_PASS: list[str] = Field(default_factory=list, validate_default=True,
+                                    description="tests that must go from failing to passing (at least one, except on "
+                                    "a Harbor task, which its own verifier grades)")
     PASS_TO_PASS: list[str] = Field(default_factory=list, description="tests that must keep passing")
     version: str = ""
     base_commit: str = ""
