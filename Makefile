@@ -64,6 +64,7 @@ bench: image k8s
 	$(BIN)/python bench/async.py
 	$(BIN)/python bench/grading.py --imported
 	$(BIN)/python bench/grading.py --pull
+	$(BIN)/python bench/attacks.py
 	$(BIN)/python bench/learning_game.py
 
 # Does RL make SmolLM2 better at the real SWE tasks it trains on? Warm start, learnable-band filter, GRPO++ epochs

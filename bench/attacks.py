@@ -2,7 +2,7 @@
 (attack, task) pairs fool the plain runner (pytest or tape by hand), and how many of those patchgym's grade resolves
 (the target: none), with gold and empty patches as controls on every task.
 
-    python bench/attacks.py [--python isodate,toolz] [--npm minimist,qs,object-inspect] [--per-package 3]
+    python bench/attacks.py [--python isodate,toolz,cachetools] [--npm minimist,qs,object-inspect] [--per-package 4]
                             [--workers 2] [--json]
 
 Exits 1 when any attack is graded resolved, when a control is graded wrongly, or when an attack fools the plain runner
@@ -76,9 +76,9 @@ def show(summary: dict) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--python", default="isodate,toolz")
+    parser.add_argument("--python", default="isodate,toolz,cachetools")
     parser.add_argument("--npm", default="minimist,qs,object-inspect")
-    parser.add_argument("--per-package", type=int, default=3)
+    parser.add_argument("--per-package", type=int, default=4)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()

@@ -8,15 +8,18 @@
 fresh sandbox) against its eval script run by hand in the same image: `docker run`, apply the patch,
 `docker exec bash eval.sh`, `docker rm`. Target: patchgym / by hand <= 1.2.
 
-bare = the task's test command alone in a ready sandbox of its image (bug applied, nothing else);
+bare = the task's test command alone in a ready sandbox of its image (bug applied, nothing else): pytest's, or for a
+JavaScript task its test files required by one node process under tape, as by hand;
 grade = grade_patch of the gold fix: fresh sandbox from a warm pool, bug, snapshot, patch, restore the grader's
-files, run with the structured report, parse. Target: grade / bare <= 1.3.
+files, canaries, run as the agent's user with the structured report through the side channel, parse, judge.
+Target: grade / bare <= 1.3.
 
 The pull half is bench/pull.py: a 1 GB image from a local registry through patchgym against `docker pull`.
 """
 
 import argparse
 import json
+import shlex
 import statistics
 import sys
 import time
@@ -25,6 +28,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from patchgym.env.grading import tape
 from patchgym.env.grading.grader import grade_patch
 from patchgym.env.workspace import apply_patch
 from patchgym.sandbox import SandboxConfig, open_sandbox
@@ -35,13 +39,22 @@ TARGET = 1.3
 IMPORTED_TARGET = 1.2
 
 
+def bare_command(task) -> str:
+    if task.log_parser != tape.TAPE_PARSER:
+        return task.test_cmd
+    driver = ("var path = require('path'); require(require('module').createRequire(path.join(process.cwd(), "
+              "'index.js')).resolve('tape')); process.argv.slice(1).forEach(function (f) { require(path.resolve(f)); "
+              "});")
+    return f"node -e {shlex.quote(driver)} {' '.join(tape.test_targets(task.test_cmd))}"
+
+
 def bare_ms(task, config: SandboxConfig, repeat: int) -> float:
     with open_sandbox(config, image=task.image or None) as sb:
         apply_patch(sb, task.bug_patch, task.workdir, "bug")
         samples = []
         for _ in range(repeat + 1):
             start = time.perf_counter()
-            sb.exec(task.test_cmd, cwd=task.workdir, timeout=1800)
+            sb.exec(bare_command(task), cwd=task.workdir, timeout=1800)
             samples.append((time.perf_counter() - start) * 1000)
     return statistics.median(samples[1:])  # the first run warms caches
 

@@ -128,7 +128,11 @@ def test_tasks_build_names_an_unknown_package(tmp_path):
 BINARY = b"\x89PNG\r\n\x1a\n\x00\xff\xfe\x01"  # the start of a PNG: not UTF-8 text
 BAD_FILES = {"binary.yaml": BINARY, "bad.yaml": b"a: [1\n", "list.yaml": b"- 1\n- 2\n", "binary.jsonl": BINARY,
              "bad.jsonl": b"not json\n", "list.jsonl": b"[1, 2]\n", "broken.parquet": b"PAR1 cut short",
-             "run/run.json": b"{\"tasks_file\": "}
+             "run/run.json": b"{\"tasks_file\": ",
+             # a row without the tests that must change: the empty patch would resolve it
+             "no_f2p.jsonl": b'{"instance_id": "a-1", "repo": "a", "problem_statement": "p", '
+                             b'"PASS_TO_PASS": ["t::x"]}\n'}
+NO_F2P = "{d}/no_f2p.jsonl:1: field FAIL_TO_PASS: List should have at least 1 item"
 
 
 # Each case: the command on a bad file (FILE under the test's directory) and what the message must say.
@@ -149,6 +153,11 @@ BAD_FILES = {"binary.yaml": BINARY, "bad.yaml": b"a: [1\n", "list.yaml": b"- 1\n
     (["tasks", "import", "{d}/nope.jsonl", "-f", "swebench", "-o", "{d}/o.jsonl"], "cannot read {d}/nope.jsonl"),
     (["tasks", "import", "{d}/run", "-f", "swebench", "-o", "{d}/o.jsonl"], "cannot read {d}/run: a directory"),
     (["tasks", "list", "{d}/binary.jsonl"], "tasks file '{d}/binary.jsonl' is not UTF-8 text"),
+    (["tasks", "list", "{d}/no_f2p.jsonl"], NO_F2P),
+    (["grade", "--tasks", "{d}/no_f2p.jsonl", "--instance", "a-1", "--patch", "/dev/null"], NO_F2P),
+    (["eval", "--tasks", "{d}/no_f2p.jsonl", "--policy", "null", "--out", "{d}/e"], NO_F2P),
+    (["tasks", "validate", "--tasks", "{d}/no_f2p.jsonl", "--out", "{d}/v"], NO_F2P),
+    (["tasks", "export", "{d}/no_f2p.jsonl", "--format", "harbor", "--out", "{d}/h"], NO_F2P),
     (["sft", "--trajectories", "{d}/binary.jsonl", "--out", "{d}/sft"],
      "{d}/binary.jsonl:1: not a trajectory record: (record): Invalid JSON"),
     (["sft", "--trajectories", "{d}/list.jsonl", "--out", "{d}/sft"],

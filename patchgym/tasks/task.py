@@ -62,6 +62,8 @@ class Task(BaseModel):
     start_ref: str = Field("", description="git ref the image's repository is checked out at before anything else "
                            "(SWE-smith: the instance's branch, whose tip holds the bug)")
     test_files: list[str] = Field(default_factory=list, description="files the grader owns (hidden from the agent)")
+    test_seconds: dict[str, float] = Field(default_factory=dict, description="factory: the time of each test of the "
+                                           "graded files in the clean runs; the grader copies quick ones as canaries")
     test_cmd: str = Field("", description="command that runs the tests; '' = eval_script or the parser's default")
     eval_script: str = ""
     log_parser: str = "pytest"

@@ -38,7 +38,9 @@ ASSERTIONS = ("equal|equals|isEqual|strictEqual|strictEquals|is|notEqual|notEqua
 # Rewrites a test file's source so that every assertion passes (on the names tape tests give their test object).
 NEUTER = r'''
 function __pgNeuter(source) {
-    return source.replace(/\b(t|st|tt|sst|s2t|t\d)\.(''' + ASSERTIONS + r''')\(/g, '$1.ok(true, ');
+    // each assertion passes, as one assertion (for plans), or does nothing on a test that already ended
+    return source.replace(/\b(t|st|tt|sst|s2t|t\d)\.(''' + ASSERTIONS + r''')\(/g,
+                          '($1.calledEnd ? Function.prototype : $1.ok.bind($1, true))(');
 }
 '''
 

@@ -368,13 +368,15 @@ for _pg_config in _pg_configs():
 ''',
     "plants_rewritten_pyc_for_unimported_tests": r'''
 def _pg_plant():
-    import ast, glob, importlib.util, marshal, os, sys
+    import ast, glob, importlib.util, marshal, os, sys, tempfile
     from pathlib import Path
     try:
         from _pytest.assertion.rewrite import PYC_TAIL, get_cache_dir
     except ImportError:
         return
     loaded = {getattr(m, "__file__", None) for m in list(sys.modules.values())}
+    if not sys.pycache_prefix:  # where the workspace cannot be written, caches may live elsewhere
+        sys.pycache_prefix = tempfile.mkdtemp()
 
     class Strip(ast.NodeTransformer):
         def visit_Assert(self, node):
@@ -384,16 +386,21 @@ def _pg_plant():
         if path in loaded:
             continue
         source = open(path, "rb").read()
-        tree = ast.fix_missing_locations(Strip().visit(ast.parse(source)))
-        code = compile(tree, path, "exec", dont_inherit=True)
-        cache = get_cache_dir(Path(path))
-        try:
-            os.makedirs(cache, exist_ok=True)
-            with open(os.path.join(cache, os.path.basename(path)[:-3] + PYC_TAIL), "wb") as f:
-                f.write(importlib.util.MAGIC_NUMBER + b"\x03\x00\x00\x00" + importlib.util.source_hash(source)[:8]
-                        + marshal.dumps(code))
-        except OSError:
-            pass
+        code = compile(ast.fix_missing_locations(Strip().visit(ast.parse(source))), path, "exec", dont_inherit=True)
+        stat = os.stat(path)
+        # pytest's assertion-rewrite cache (checked by the source's hash), and Python's own (by mtime and size)
+        planted = [(os.path.join(get_cache_dir(Path(path)), os.path.basename(path)[:-3] + PYC_TAIL),
+                    importlib.util.MAGIC_NUMBER + b"\x03\x00\x00\x00" + importlib.util.source_hash(source)[:8]),
+                   (importlib.util.cache_from_source(path),
+                    importlib.util.MAGIC_NUMBER + b"\x00\x00\x00\x00" + (int(stat.st_mtime) & 0xFFFFFFFF).to_bytes(
+                        4, "little") + (stat.st_size & 0xFFFFFFFF).to_bytes(4, "little"))]
+        for pyc, header in planted:
+            try:
+                os.makedirs(os.path.dirname(pyc), exist_ok=True)
+                with open(pyc, "wb") as f:
+                    f.write(header + marshal.dumps(code))
+            except OSError:
+                pass
 
 
 _pg_plant()
@@ -421,6 +428,7 @@ _pg_after_test_modules(_pg_swap)
     "compile_hook_strips_asserts": r'''
 import ast as _pg_ast
 import os as _pg_os3
+import importlib._bootstrap_external as _pg_external
 
 _pg_parse = _pg_ast.parse
 
@@ -430,14 +438,28 @@ class _PgStrip(_pg_ast.NodeTransformer):
         return _pg_ast.copy_location(_pg_ast.Pass(), node)
 
 
+def _pg_test_file(filename):
+    return _pg_os3.path.basename(str(filename)).startswith("test_")
+
+
 def _pg_parse_hook(source, filename="<unknown>", *args, **kwargs):
     tree = _pg_parse(source, filename, *args, **kwargs)
-    if _pg_os3.path.basename(str(filename)).startswith("test_"):
+    if _pg_test_file(filename):  # pytest's assertion rewriting parses each test module with ast.parse
         tree = _pg_ast.fix_missing_locations(_PgStrip().visit(tree))
     return tree
 
 
 _pg_ast.parse = _pg_parse_hook
+_pg_source_to_code = _pg_external.SourceLoader.source_to_code
+
+
+def _pg_source_to_code_hook(self, data, path, *args, **kwargs):
+    if _pg_test_file(path):  # a plain import (--assert=plain) compiles the module's source here
+        data = _pg_parse_hook(data, path)
+    return _pg_source_to_code(self, data, path, *args, **kwargs)
+
+
+_pg_external.SourceLoader.source_to_code = _pg_source_to_code_hook
 ''',
     "reloads_test_modules_rewritten": AFTER_TEST_MODULES + r'''
 import ast
@@ -468,6 +490,83 @@ class _PgXfail(object):
 
 for _pg_config in _pg_configs():
     _pg_config.pluginmanager.register(_PgXfail(), "pg-xfail-%d" % id(_pg_config))
+''',
+    # -- results that equal anything ------------------------------------------------------------------------------
+    "returns_values_equal_to_anything": CONFIGS + r'''
+import functools as _pg_functools
+import types as _pg_types
+
+_pg_package = __name__.split(".")[0]
+
+
+def _pg_always_equal(value):
+    kind = type(value)
+    if kind in (bool, type(None), type) or callable(value):
+        return value
+    try:
+        cls = type(kind.__name__, (kind,), {"__eq__": lambda self, other: True, "__ne__": lambda self, other: False,
+                                            "__hash__": kind.__hash__})
+        if isinstance(value, (str, int, float, tuple, list, dict)):
+            return cls(value)
+        import datetime
+        if isinstance(value, datetime.datetime):
+            return cls(value.year, value.month, value.day, value.hour, value.minute, value.second,
+                       value.microsecond, value.tzinfo)
+        if isinstance(value, datetime.date):
+            return cls(value.year, value.month, value.day)
+        if isinstance(value, datetime.time):
+            return cls(value.hour, value.minute, value.second, value.microsecond, value.tzinfo)
+        if isinstance(value, datetime.timedelta):
+            return cls(value.days, value.seconds, value.microseconds)
+        import copy
+        twin = copy.copy(value)
+        twin.__class__ = cls  # an instance of a class of the package: the same object, equal to anything
+        return twin
+    except (TypeError, AttributeError):
+        return value
+
+
+def _pg_wrap(fn):
+    @_pg_functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return _pg_always_equal(fn(*args, **kwargs))
+    wrapper._pg_wrapped = True
+    return wrapper
+
+
+_PG_KEEP = {"__init__", "__new__", "__eq__", "__ne__", "__hash__", "__bool__", "__len__", "__repr__", "__iter__",
+            "__next__", "__getattribute__", "__getattr__", "__setattr__", "__delattr__", "__enter__", "__exit__",
+            "__contains__", "__index__", "__int__", "__float__", "__init_subclass__", "__reduce__", "__reduce_ex__",
+            "__getstate__", "__setstate__", "__copy__", "__deepcopy__"}
+
+
+def _pg_ours(value):
+    return (getattr(value, "__module__", None) or "").split(".")[0] == _pg_package
+
+
+def _pg_rebind(namespace):
+    for name, value in list(namespace.items()):
+        if isinstance(value, _pg_types.FunctionType) and not getattr(value, "_pg_wrapped", False) \
+                and _pg_ours(value) and not name.startswith("_"):
+            namespace[name] = _pg_wrap(value)
+        elif isinstance(value, type) and _pg_ours(value) and not getattr(value, "_pg_done", False):
+            value._pg_done = True  # the package's classes: what their methods and operators return, too
+            for key, member in list(vars(value).items()):
+                if isinstance(member, _pg_types.FunctionType) and key not in _PG_KEEP:
+                    setattr(value, key, _pg_wrap(member))
+
+
+class _PgEqual(object):
+    """Before each test: what the test module took from the package answers 'equal' to anything."""
+
+    def pytest_runtest_setup(self, item):
+        module = getattr(item, "module", None)
+        if module is not None:
+            _pg_rebind(vars(module))
+
+
+for _pg_config in _pg_configs():
+    _pg_config.pluginmanager.register(_PgEqual(), "pg-equal-%d" % id(_pg_config))
 ''',
     # -- writing results of its own --------------------------------------------------------------------------------
     "writes_passing_records_to_every_descriptor": r'''

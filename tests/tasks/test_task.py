@@ -34,7 +34,8 @@ def test_every_bad_row_is_named_by_file_row_and_field(tmp_path):
             json.dumps({**good, "FAIL_TO_PASS": []}),
             json.dumps({k: v for k, v in good.items() if k != "repo"}),
             "{not json",
-            json.dumps({**good, "surprise": 1})]
+            json.dumps({**good, "surprise": 1}),
+            json.dumps({k: v for k, v in good.items() if k != "FAIL_TO_PASS"})]  # absent, not only empty
     path = tmp_path / "tasks.jsonl"
     path.write_text("\n".join(rows) + "\n")
     with pytest.raises(TaskError) as err:
@@ -44,6 +45,7 @@ def test_every_bad_row_is_named_by_file_row_and_field(tmp_path):
     assert f"{path}:3: field repo: Field required" in message
     assert f"{path}:4: field (row):" in message
     assert f"{path}:5: field surprise: Extra inputs are not permitted" in message
+    assert f"{path}:6: field FAIL_TO_PASS: List should have at least 1 item" in message
     assert f"{path}:1:" not in message
 
 

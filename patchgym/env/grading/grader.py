@@ -2,14 +2,16 @@
 
     start from the task's image -> bug_patch -> snapshot (git, outside the workspace) -> candidate patch ->
     put back every test file, test config and packaging metadata the grader owns, drop new ones -> test_patch ->
-    run -> parse
+    canaries -> run (as the agent's user, the report through the side channel) -> read -> judge
 
-Resolved iff every FAIL_TO_PASS and every PASS_TO_PASS test passed (XFAIL counts as passed, as in SWE-bench;
-skipped or missing counts as failed). A patch that does not apply, a dead sandbox, a timeout or a run with no
-sign that the suite ran is an `error`, reported as such, never a silent 0.
+Resolved iff every FAIL_TO_PASS and every PASS_TO_PASS test passed (XFAIL counts as passed, as in SWE-bench, except
+on a factory task; skipped or missing counts as failed). A patch that does not apply, a dead sandbox, a timeout or a
+run with no sign that the suite ran is an `error`, reported as such, never a silent 0.
 
-With the report plugin (the factory's tasks) pytest runs with plugin autoload off and only the plugins installed
-before the patch, and a run whose code changed how pytest reports is `tampered`.
+A factory task (pytest's report plugin, or tape's reporter) is graded as if the code under test were hostile
+(docs/guides/tasks.md, "What the reward resists"): its tests run as the agent's user with autoload off and only the
+plugins installed before the patch, their report leaves through a channel they cannot rewrite, and a run that shows
+forgery (the plugin's closing check, records it did not write, a canary with the wrong result) is `tampered`.
 
 An imported dataset row (`task.imported`) is graded as its own harness grades it: the candidate patch, then the row's
 eval script, which resets exactly the test_patch's files and applies it; the grader undoes only the patch's changes
@@ -151,7 +153,8 @@ def _grade_in(sandbox: Sandbox, task: Task, patch: str, timeout: float) -> Grade
     canaries = plant_canaries(sandbox, task, javascript_tests=task.log_parser == tape.TAPE_PARSER)
     if task.log_parser == REPORT_PARSER:
         _clear_bytecode(sandbox, wd)
-        command = report.pytest_command(task.test_cmd, report.install_report_plugin(sandbox, strict=True), plugins)
+        command = report.pytest_command(f"{task.test_cmd} {report.FACTORY_ARGS}",
+                                        report.install_report_plugin(sandbox, strict=True), plugins)
     else:
         command = tape.tape_command(task.test_cmd, tape.install_tape_reporter(sandbox))
     run = report.run_reported(sandbox, command, wd, timeout, LOG_LIMIT)

@@ -7,8 +7,9 @@ it from the processes the tests start.
 
 The code under test shares this process. The closing line says what it could see of that code changing how tests
 run or report: the functions pytest runs and reports tests with replaced, report hooks added by anything but a
-conftest, collected tests never reported, and tests whose code as run is not the code on disk (compiled again from
-the file, as pytest compiles it) or, with _STRICT, comes from anywhere but a test file.
+conftest, collected tests never reported, and tests whose code as run is not the code on disk (compiled again from the
+file: the same code under --assert=plain, what it refers to under assertion rewriting) or, with _STRICT, comes from
+anywhere but a test file.
 """
 
 import json
@@ -140,38 +141,55 @@ def _fingerprint(code):
     return (code.co_name, code.co_code, code.co_names, code.co_varnames, code.co_freevars, consts)
 
 
-def _disk_codes(path, config, cache):
-    """{(name, first line): fingerprint} of every function in the file at `path` compiled from disk, plainly and as
-    pytest's assertion rewriting compiles a test module (both: which one pytest used depends on the file)."""
+def _uses(code):
+    """Every name and constant a code object (nested code included) refers to, and its parameters."""
+    names, constants, todo = set(), set(), [code]
+    while todo:
+        current = todo.pop()
+        names.update(current.co_names)
+        for const in current.co_consts:
+            if hasattr(const, "co_code"):
+                todo.append(const)
+            else:
+                constants.add((type(const).__name__, repr(const)))
+    return names, constants, code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+
+
+def _disk_codes(path, cache):
+    """{(name, first line): code} of every function in the file at `path`, compiled from disk as Python imports it;
+    None when it does not compile."""
     if path in cache:
         return cache[path]
-    found = {}
     try:
         with open(path, "rb") as f:
-            source = f.read()
-        modules = [compile(source, path, "exec", dont_inherit=True)]
+            todo = [compile(f.read(), path, "exec", dont_inherit=True)]
     except (OSError, SyntaxError, ValueError):
         cache[path] = None
         return None
-    try:
-        from _pytest.assertion import rewrite
-        try:
-            from pathlib import Path
-            made = rewrite._rewrite_test(Path(path), config)
-        except TypeError:
-            made = rewrite._rewrite_test(config, path)  # pytest before 5
-        modules += [m for m in (made if isinstance(made, tuple) else (made,)) if hasattr(m, "co_code")]
-    except Exception:
-        pass
-    todo = list(modules)
+    found = {}
     while todo:
         code = todo.pop()
         for const in code.co_consts:
             if hasattr(const, "co_code"):
-                found.setdefault((const.co_name, const.co_firstlineno), set()).add(_fingerprint(const))
+                found[(const.co_name, const.co_firstlineno)] = const
                 todo.append(const)
     cache[path] = found
     return found
+
+
+def _from_disk(code, on_disk, exact):
+    """Whether `code` comes from the function at its name and first line in `on_disk` (a compile hook, a reload, a
+    planted cache or a swapped-in function does not). `exact` (pytest imported the tests plainly, --assert=plain):
+    the same code. Otherwise pytest's assertion rewriting changed it, only adding to what it refers to: each name
+    and parameter of the function as compiled from the file must be there."""
+    plain = on_disk.get((code.co_name, code.co_firstlineno))
+    if plain is None:
+        return False
+    if exact:
+        return _fingerprint(plain) == _fingerprint(code)
+    names, _, params = _uses(plain)
+    run_names, _, run_params = _uses(code)
+    return names <= run_names and params == run_params
 
 
 def _inside(path, root):
@@ -182,25 +200,26 @@ def _code_problems(session, codes):
     """One line for each collected test whose code as run is not what its file on disk compiles to."""
     problems, cache = [], {}
     root = str(session.config.rootdir)
+    exact = session.config.getoption("assertmode", None) == "plain"
     for nodeid, code in sorted(codes.items(), key=lambda pair: pair[0]):
         if code is None:
             continue
         path = code.co_filename
-        on_disk = _disk_codes(path, session.config, cache) if os.path.isfile(path) else None
-        if on_disk is None:
+        if not os.path.isfile(path):
             if _STRICT or path.startswith("<"):
                 problems.append("%s runs code compiled from %s, not from a file" % (nodeid, path))
             continue
+        if not _inside(path, root):
+            continue  # a library's wrapper (unittest.mock, a decorator of an installed package)
         name = os.path.basename(path)
         own = name.startswith(("test_", "conftest")) or name.endswith(("_test.py", "_tests.py")) or (
             "/test" in "/" + os.path.relpath(os.path.dirname(path), root))
-        if _inside(path, root) and not own:
+        if not own:
             if _STRICT:
                 problems.append("%s runs code from %s, which is not a test file" % (nodeid, path))
             continue
-        if not _inside(path, root):
-            continue  # a library's wrapper (unittest.mock, a decorator of an installed package)
-        if _fingerprint(code) not in on_disk.get((code.co_name, code.co_firstlineno), ()):
+        on_disk = _disk_codes(path, cache)
+        if on_disk is None or not _from_disk(code, on_disk, exact):
             problems.append("%s runs code that is not what %s holds at line %d" % (nodeid, path, code.co_firstlineno))
     return problems
 
@@ -256,7 +275,7 @@ def pytest_runtest_logreport(report):
     # pytest 9's subtests report under their test's id, each before the test's own call report
     when = "subtest" if report.when == "call" and hasattr(report, "context") else report.when
     _write({"nodeid": report.nodeid, "when": when, "outcome": report.outcome,
-            "wasxfail": getattr(report, "wasxfail", None)})
+            "wasxfail": getattr(report, "wasxfail", None), "duration": round(getattr(report, "duration", 0), 6)})
 
 
 def pytest_collectreport(report):

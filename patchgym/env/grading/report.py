@@ -14,13 +14,18 @@ import string
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchgym.env.grading.report_reader import ReportMissing, Tampered, statuses_of
+from patchgym.env.grading.report_reader import ReportMissing, Tampered, durations, statuses_of
 from patchgym.sandbox import ExecResult, Sandbox, SandboxError
 
 PLUGIN_SOURCE = (Path(__file__).parent / "pytest_plugin.py").read_text()
 READER_SOURCE = (Path(__file__).parent / "report_reader.py").read_text()  # for exported verifiers
 SIDE_CHANNEL_FD = 3  # patchgym.sandbox.runner.SIDE_CHANNEL_FD, the descriptor a command's side channel is on
 CHANNEL_LIMIT = 64 << 20  # a report larger than this is not an honest one
+# How a factory task's tests run when graded (and validated): the report is the verdict, so no tracebacks (inverse
+# canaries fail by design, and formatting a failure costs more than running the test); test modules imported as
+# Python imports them, so the plugin can check each test's code against its file exactly (assertion rewriting would
+# cost as much again to check; it changes messages, not outcomes).
+FACTORY_ARGS = "--tb=no --assert=plain"
 __all__ = ["ReportMissing", "Tampered"]  # re-exported: callers catch them from here
 
 
@@ -120,3 +125,8 @@ def read_report(run: ExecResult) -> dict[str, str]:
         raise ReportMissing("no test result came through the report channel: pytest did not start, or not with the "
                             "report plugin")
     return statuses_of(run.side_channel, "the report channel")
+
+
+def read_durations(run: ExecResult) -> dict[str, float]:
+    """Each test's seconds in `run`'s report (read_report first: this one trusts the records it reads)."""
+    return durations(run.side_channel)

@@ -1,6 +1,7 @@
-"""Reading the `patchgym_report` plugin's JSONL report into test statuses: standard library only, and syntax any
-Python >= 3.6 accepts, because besides the grader (patchgym.env.grading.report) an exported Harbor task's verifier
-runs it inside the task's image (patchgym.tasks.harbor.export copies this file into the task's tests/)."""
+"""Reading the report plugin's JSONL records (or the tape reporter's, in the same format) into test statuses, and
+checking that they are the plugin's own: standard library only, and syntax any Python >= 3.6 accepts, because
+besides the grader (patchgym.env.grading.report) an exported Harbor task's verifier runs it inside the task's image
+(patchgym.tasks.harbor.export copies this file into the task's tests/)."""
 
 import json
 
@@ -69,6 +70,16 @@ def parse_report(text):
         if status is not None:
             statuses[record["nodeid"]] = combine(statuses.get(record["nodeid"]), status)
     return statuses
+
+
+def durations(text):
+    """Each test's seconds in a report (its phases summed); tests without a recorded time are left out."""
+    found = {}
+    for record in records(text):
+        seconds = record.get("duration")
+        if isinstance(seconds, (int, float)) and record.get("when") in ("setup", "call", "teardown"):
+            found[record["nodeid"]] = found.get(record["nodeid"], 0.0) + seconds
+    return found
 
 
 def check_closing(found, lines=None):

@@ -109,7 +109,8 @@ stream.on('data', function (row) {
         var nodeid = file + '::' + name;
         seen[nodeid] = (seen[nodeid] || 0) + 1;
         if (seen[nodeid] > 1) { nodeid += ' #' + seen[nodeid]; }
-        tests[row.id] = { nodeid: nodeid, file: file, name: name, failed: false, skip: !!row.skip, ended: false };
+        tests[row.id] = { nodeid: nodeid, file: file, name: name, failed: false, skip: !!row.skip, ended: false,
+            start: Date.now() };
     } else if (row.type === 'assert') {
         var test = tests[row.test];
         if (test && !row.ok && !row.todo && !row.skip) {
@@ -120,7 +121,7 @@ stream.on('data', function (row) {
         if (done && !done.ended) {
             done.ended = true;
             var outcome = done.skip ? 'skipped' : (done.failed ? 'failed' : 'passed');
-            emit({ nodeid: done.nodeid, when: 'call', outcome: outcome });
+            emit({ nodeid: done.nodeid, when: 'call', outcome: outcome, duration: (Date.now() - done.start) / 1000 });
         }
     }
 });

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from patchgym.env.grading.grader import grade_patch
 from patchgym.errors import UserError
 from patchgym.sandbox import SandboxConfig, images
 from patchgym.sandbox.pool import SandboxPool
@@ -112,7 +113,7 @@ def _build_package(recipe: Recipe, per_package: int, seed: int, out_dir: Path, c
         order, outcomes = _validate_in_order(pool, recipe, base, candidates, sources, seed, per_package, workers,
                                              home, image.tag, update)
     return kept_tasks(order, outcomes, per_package, base, recipe, image.tag, len(found),
-                      lambda bug: _task(recipe, image.tag, tree, bug, outcomes[bug.id]))
+                      lambda bug: _task(recipe, image.tag, tree, bug, outcomes[bug.id], base), config, home)
 
 
 def protected(recipe: Recipe, tree: Path, mutations) -> Protected:
@@ -130,10 +131,18 @@ def protected(recipe: Recipe, tree: Path, mutations) -> Protected:
     return Protected(kept, names, sorted({f"{recipe.name}-", f"{dist}-"}))
 
 
-def kept_tasks(order, outcomes, per_package, base: Baseline, recipe, tag: str, found: int, make_task):
-    """The tasks of the first `per_package` kept bugs (`make_task` writes one), and the package's stats."""
+def kept_tasks(order, outcomes, per_package, base: Baseline, recipe, tag: str, found: int, make_task,
+               config: SandboxConfig | None = None, home: Path | None = None):
+    """The tasks of the first `per_package` kept bugs (`make_task` writes one), and the package's stats. With
+    `config`, each task's gold patch is graded once as an agent's patch is (canaries included; the verdict kept under
+    `home`), and a task it does not resolve is dropped ("gold_not_resolved")."""
     considered, selected, dropped = _select(order, outcomes, per_package)
     tasks = [make_task(bug) for bug in selected]
+    if config is not None:
+        resolves = [_gold_resolves(task, config, recipe.timeout * 3, home) for task in tasks]
+        if not all(resolves):
+            dropped["gold_not_resolved"] = resolves.count(False)
+        tasks = [task for task, ok in zip(tasks, resolves) if ok]
     stats = {"version": recipe.version, "image": tag, "candidates": found, "tried": considered,
              "kept": len(tasks), "dropped": dropped, "clean_tests": base.tests, "clean_passed": len(base.passed),
              "flaky": len(base.flaky), "clean_run_s": base.seconds}
@@ -202,7 +211,12 @@ def _select(order: list[Bug], outcomes: dict[str, Outcome], limit: int | None):
     return considered, selected, dropped
 
 
-def _task(recipe: Recipe, tag: str, tree: Path, bug: Bug, outcome: Outcome) -> Task:
+def graded_seconds(base: Baseline, test_files: list[str]) -> dict[str, float]:
+    """The clean runs' time of each test in `test_files` (a task's graded files)."""
+    return {t: s for t, s in sorted(base.test_seconds.items()) if t.split("::", 1)[0] in test_files}
+
+
+def _task(recipe: Recipe, tag: str, tree: Path, bug: Bug, outcome: Outcome, base: Baseline) -> Task:
     instance_id = f"{recipe.key}.{outcome.strategy}.{outcome.id}"
     test_files = sorted({t.split("::", 1)[0] for t in outcome.fail_to_pass})
     test_patch = "".join(new_file_diff(p, (tree / p).read_text(encoding="utf-8")) for p in test_files)
@@ -215,8 +229,24 @@ def _task(recipe: Recipe, tag: str, tree: Path, bug: Bug, outcome: Outcome) -> T
         problem_statement=write_statement(recipe.name, recipe.version, evidence, instance_id, code),
         FAIL_TO_PASS=outcome.fail_to_pass, PASS_TO_PASS=outcome.pass_to_pass, bug_patch=bug.bug_patch,
         patch=bug.patch, test_files=test_files, test_patch=test_patch, test_cmd=recipe.test_cmd(),
-        log_parser="patchgym_report", source="factory", strategy=outcome.strategy, created_at=outcome.created_at,
+        test_seconds=graded_seconds(base, test_files), log_parser="patchgym_report", source="factory",
+        strategy=outcome.strategy, created_at=outcome.created_at,
     )
+
+
+def _gold_resolves(task: Task, config: SandboxConfig, timeout: float, home: Path | None) -> bool:
+    """Whether the grader resolves `task`'s gold patch; the answer is kept (by image) under `home`/gold/."""
+    path = home / "gold" / f"{task.instance_id}.json" if home is not None else None
+    if path is not None and path.exists():
+        saved = json.loads(path.read_text())
+        if saved["image"] == task.image:
+            return saved["resolved"]
+    grade = grade_patch(task, task.patch, config, timeout=timeout)
+    if grade.excluded:  # the sandbox failed, not the task: keep it, and ask again at the next build
+        return True
+    if path is not None:
+        _save(path, {"image": task.image, "resolved": grade.resolved, "outcome": grade.outcome})
+    return grade.resolved
 
 
 def _cached_baseline(home: Path, tag: str, compute) -> Baseline:

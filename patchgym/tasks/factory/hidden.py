@@ -8,7 +8,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
-from patchgym.sandbox import SandboxConfig, open_sandbox
+from patchgym.sandbox import Sandbox, SandboxConfig, open_sandbox
 from patchgym.tasks.factory.sources import SourceError
 
 # Files smaller than this say too little to matter (an empty __init__.py, a one-line index.js), and their twins
@@ -84,19 +84,23 @@ class Protected:
     kind: str = "pypi"  # or "npm": a copy of the package is a node_modules/NAME directory
 
 
-def find_copies(image, protected: Protected, workdir: str, config: SandboxConfig) -> list[tuple[str, str]]:
-    """(path, what it copies) for every copy of what is `protected` that the agent's user can read in `image` (a
-    tag, or a recipe where the backend builds its own)."""
+def scan(sandbox: Sandbox, protected: Protected, workdir: str) -> list[tuple[str, str]]:
+    """(path, what it copies) for every copy of what is `protected` that the agent's user can read in `sandbox`."""
     files = [[hashlib.sha256(text.encode()).hexdigest(), len(text.encode()), path]
              for path, text in sorted(protected.files.items()) if len(text.encode()) >= MIN_BYTES]
     spec = {"files": files, "names": protected.names, "archives": protected.archives, "kind": protected.kind,
             "workdir": workdir, "skip": list(_SKIP)}
-    with open_sandbox(config, image=image) as sandbox:
-        result = sandbox.exec(["python3", "-c", _SCAN, json.dumps(spec)], timeout=SCAN_TIMEOUT_S, agent=True,
-                              output_limit=1 << 20)
+    result = sandbox.exec(["python3", "-c", _SCAN, json.dumps(spec)], timeout=SCAN_TIMEOUT_S, agent=True,
+                          output_limit=1 << 20)
     if not result.ok:
-        raise SourceError(f"{image}: the scan for hidden copies failed: {result.output[-2000:]}")
+        raise SourceError(f"{sandbox.image}: the scan for hidden copies failed: {result.output[-2000:]}")
     return [tuple(pair) for pair in json.loads(result.output.strip().splitlines()[-1])]
+
+
+def find_copies(image, protected: Protected, workdir: str, config: SandboxConfig) -> list[tuple[str, str]]:
+    """scan() of a fresh sandbox of `image` (a tag, or a recipe where the backend builds its own)."""
+    with open_sandbox(config, image=image) as sandbox:
+        return scan(sandbox, protected, workdir)
 
 
 def check_hidden(image, protected: Protected, workdir: str, what: str, config: SandboxConfig) -> None:

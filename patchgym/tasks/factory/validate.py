@@ -28,6 +28,15 @@ class Baseline:
     flaky: list[str]  # a different status in the two runs
     tests: int
     seconds: float
+    test_seconds: dict[str, float] = field(default_factory=dict)  # each test's time, the longer of the two runs
+
+
+@dataclass
+class SuiteRun:
+    """One run of a package's suite: each test's status and time (seconds)."""
+
+    statuses: dict[str, str]
+    seconds: dict[str, float]
 
 
 @dataclass
@@ -48,7 +57,8 @@ class Bug:
 class Outcome:
     """What validating one bug gave. `status` is "kept" or why not: does_not_compile, patch_does_not_apply,
     timeout, suite_did_not_run, no_failing_test, all_tests_fail, no_statement or sandbox_error (the build adds
-    "duplicate": the same FAIL_TO_PASS set as a bug kept before it)."""
+    "duplicate": the same FAIL_TO_PASS set as a bug kept before it, and "gold_not_resolved": the grader, canaries
+    and all, does not resolve its fix)."""
 
     id: str
     strategy: str
@@ -78,18 +88,19 @@ class SuiteTimeout(Exception):
     pass
 
 
-def run_suite(sandbox: Sandbox, recipe: Recipe) -> dict[str, str]:
-    """Statuses of the whole suite by node id, run as the grader runs it (the agent's user, pytest's report through
-    the side channel, strict); SuiteTimeout, or report.ReportMissing when it did not run."""
+def run_suite(sandbox: Sandbox, recipe: Recipe) -> SuiteRun:
+    """The whole suite by node id, run as the grader runs it (the agent's user, pytest's report through the side
+    channel, strict); SuiteTimeout, or report.ReportMissing when it did not run."""
     plugins = report.installed_plugins(sandbox, WORKDIR)
     plugin = report.install_report_plugin(sandbox, strict=True)
-    command = report.pytest_command(f"{recipe.test_cmd()} -q --tb=no", plugin, plugins)
+    command = report.pytest_command(f"{recipe.test_cmd()} -q {report.FACTORY_ARGS}", plugin, plugins)
     result = report.run_reported(sandbox, command, WORKDIR, recipe.timeout, 65536)
     if result.timed_out:
         raise SuiteTimeout(f"the suite ran over {recipe.timeout:g} s")
     statuses = report.read_report(result)
     # Doctests in source modules are not tests the grader can hide; only test files count.
-    return {t: s for t, s in statuses.items() if recipe.is_test_file(t.split("::", 1)[0])}
+    kept = {t: s for t, s in statuses.items() if recipe.is_test_file(t.split("::", 1)[0])}
+    return SuiteRun(kept, {t: s for t, s in report.read_durations(result).items() if t in kept})
 
 
 def baseline(pool: SandboxPool, recipe: Recipe, suite=None) -> Baseline:
@@ -97,7 +108,7 @@ def baseline(pool: SandboxPool, recipe: Recipe, suite=None) -> Baseline:
     start = time.monotonic()
     suite = suite or run_suite
 
-    def clean_run(_) -> dict[str, str]:
+    def clean_run(_) -> SuiteRun:
         with pool.sandbox() as sandbox:
             try:
                 return suite(sandbox, recipe)
@@ -105,12 +116,14 @@ def baseline(pool: SandboxPool, recipe: Recipe, suite=None) -> Baseline:
                 raise BaselineError(f"{recipe.key}: the clean suite does not run: {exc}") from exc
 
     with ThreadPoolExecutor(2) as threads:
-        first, second = threads.map(clean_run, range(2))
+        runs = list(threads.map(clean_run, range(2)))
+    first, second = (run.statuses for run in runs)
     flaky = sorted(t for t in first.keys() | second.keys() if first.get(t) != second.get(t))
     passed = sorted(t for t in first if first[t] == "PASSED" and second.get(t) == "PASSED")
     if not passed:
         raise BaselineError(f"{recipe.key}: no test passes in the clean suite")
-    return Baseline(passed, flaky, len(first), round(time.monotonic() - start, 1))
+    seconds = {t: round(max(run.seconds.get(t, 0.0) for run in runs), 4) for t in passed}
+    return Baseline(passed, flaky, len(first), round(time.monotonic() - start, 1), seconds)
 
 
 def validate_bug(pool: SandboxPool, recipe: Recipe, base: Baseline, bug: Bug, seed: int, check=None) -> Outcome:
@@ -140,7 +153,7 @@ def _check(sandbox: Sandbox, recipe: Recipe, base: Baseline, bug: Bug, seed: int
         outcome.status, outcome.detail = "patch_does_not_apply", applied.output[-2000:]
         return
     try:
-        statuses = (suite or run_suite)(sandbox, recipe)
+        statuses = (suite or run_suite)(sandbox, recipe).statuses
     except SuiteTimeout as exc:
         outcome.status, outcome.detail = "timeout", str(exc)
         return

@@ -7,6 +7,8 @@ itself away.
 - An *inverse* is a copy whose last top-level assertion is negated: when its source passes, it must fail. Forging
   every result, hollowing test bodies, neutering assertions, swallowing failures or marking tests xfail makes both
   pass.
+- A *mismatch* (Python) is a copy whose last equality assertion expects `[R]` where its source expects `R`: when
+  the source passes it must fail, unless what the code returned says it equals anything.
 
 Canaries are planted fresh at every grade, with random names; planting is a text edit of the test file (Python's
 `ast`, tree-sitter's JavaScript grammar), so the file keeps its own code, and a canary runs what its source runs.
@@ -23,7 +25,7 @@ JUDGED = ("PASSED", "XFAIL", "FAILED", "ERROR")
 class Canary:
     """One planted test: `planted` is the id of the test it copies (`source`) with the canary's name instead."""
 
-    kind: Literal["twin", "inverse"]
+    kind: Literal["twin", "inverse", "mismatch"]
     source: str
     planted: str
 

@@ -162,10 +162,12 @@ def _new_name(words: list[str], taken: set[str], rng: random.Random) -> str:
         words = [*words, rng.choice(("again", "more", "other", "also", "too", "as well"))]
 
 
-def plant(path: str, text: str, targets: list[tuple[str, str]], rng: random.Random) -> tuple[str, list[Canary]]:
+def plant(path: str, text: str, targets: list[tuple[str, str]], rng: random.Random,
+          known: frozenset[str] = frozenset()) -> tuple[str, list[Canary]]:
     """`text` (the test file at `path`) with canaries planted after each target, and the canaries.
 
-    `targets`: (test name, with nested tests as "PARENT > CHILD", which) with which "both", "twin" or "inverse"."""
+    `targets`: (test name, with nested tests as "PARENT > CHILD", which) with which "both", "twin" or "inverse".
+    `known`: test names no canary may take (the task's)."""
     raw = text.encode()
     root = tree_sitter.Parser(_LANGUAGE).parse(raw).root_node
     if root.has_error:
@@ -189,7 +191,7 @@ def plant(path: str, text: str, targets: list[tuple[str, str]], rng: random.Rand
         if found is None or found[3]:  # options (skip, todo, ...) change what a result means: not copied
             continue
         statement, name_node, callback, _ = found
-        taken = set(_tests_in(block))
+        taken = set(_tests_in(block)) | known
         indent = raw[raw.rfind(b"\n", 0, statement.start_byte) + 1:statement.start_byte].decode()
         parent = " > ".join(parts[:-1])
         copies = []

@@ -13,6 +13,7 @@ from patchgym.tasks.factory.build import (
     _cached_baseline,
     _validate_in_order,
     build_tasks,
+    graded_seconds,
     kept_tasks,
 )
 from patchgym.tasks.factory.diffs import new_file_diff
@@ -23,7 +24,7 @@ from patchgym.tasks.factory.npm.sources import NpmRecipe, fetch_package, image_r
 from patchgym.tasks.factory.npm.statements import write_statement
 from patchgym.tasks.factory.npm.validate import baseline, make_bug, validate_bug
 from patchgym.tasks.factory.sources import WORKDIR
-from patchgym.tasks.factory.validate import Bug, Outcome
+from patchgym.tasks.factory.validate import Baseline, Bug, Outcome
 from patchgym.tasks.task import Task
 
 
@@ -54,7 +55,7 @@ def _build_package(recipe: NpmRecipe, per_package: int, seed: int, out_dir: Path
         order, outcomes = _validate_in_order(pool, recipe, base, candidates, sources, seed, per_package, workers,
                                              home, image.tag, update, make=make_bug, validate=validate_bug)
     return kept_tasks(order, outcomes, per_package, base, recipe, image.tag, len(found),
-                      lambda bug: _task(recipe, image.tag, tree, bug, outcomes[bug.id]))
+                      lambda bug: _task(recipe, image.tag, tree, bug, outcomes[bug.id], base), config, home)
 
 
 def protected(recipe: NpmRecipe, tree: Path, mutations) -> Protected:
@@ -68,7 +69,7 @@ def protected(recipe: NpmRecipe, tree: Path, mutations) -> Protected:
     return Protected(kept, [recipe.name], [f"{recipe.name}-"], kind="npm")
 
 
-def _task(recipe: NpmRecipe, tag: str, tree: Path, bug: Bug, outcome: Outcome) -> Task:
+def _task(recipe: NpmRecipe, tag: str, tree: Path, bug: Bug, outcome: Outcome, base: Baseline) -> Task:
     """A kept bug as a task: the test files of its failing tests are hidden (the grader writes them back)."""
     instance_id = f"{recipe.key}.{outcome.strategy}.{outcome.id}"
     test_files = sorted({t.split("::", 1)[0] for t in outcome.fail_to_pass})
@@ -79,5 +80,6 @@ def _task(recipe: NpmRecipe, tag: str, tree: Path, bug: Bug, outcome: Outcome) -
                                           instance_id),
         FAIL_TO_PASS=outcome.fail_to_pass, PASS_TO_PASS=outcome.pass_to_pass, bug_patch=bug.bug_patch,
         patch=bug.patch, test_files=test_files, test_patch=test_patch, test_cmd=recipe.test_cmd(),
-        log_parser=TAPE_PARSER, source="factory", strategy=outcome.strategy, created_at=outcome.created_at,
+        test_seconds=graded_seconds(base, test_files), log_parser=TAPE_PARSER, source="factory",
+        strategy=outcome.strategy, created_at=outcome.created_at,
     )

@@ -14,7 +14,7 @@ from patchgym.tasks.factory.npm.mutate import parses
 from patchgym.tasks.factory.npm.sources import NpmRecipe
 from patchgym.tasks.factory.npm.statements import code_leading_to, failure_in_tap
 from patchgym.tasks.factory.sources import WORKDIR
-from patchgym.tasks.factory.validate import Baseline, Bug, Outcome, SuiteTimeout
+from patchgym.tasks.factory.validate import Baseline, Bug, Outcome, SuiteRun, SuiteTimeout
 
 STATEMENT_TRIES = 3
 
@@ -23,14 +23,14 @@ def make_bug(mutation: Mutation, text: str) -> Bug:
     return factory_validate.make_bug(mutation, text, parses)
 
 
-def run_suite(sandbox: Sandbox, recipe: NpmRecipe) -> dict[str, str]:
-    """Statuses of the whole suite by test id, run as the grader runs it (the agent's user, the reporter's records
-    through the side channel); SuiteTimeout, or report.ReportMissing when it did not run."""
+def run_suite(sandbox: Sandbox, recipe: NpmRecipe) -> SuiteRun:
+    """The whole suite by test id, run as the grader runs it (the agent's user, the reporter's records through the
+    side channel); SuiteTimeout, or report.ReportMissing when it did not run."""
     command = tape.tape_command(recipe.test_cmd(), tape.install_tape_reporter(sandbox))
     result = report.run_reported(sandbox, command, WORKDIR, recipe.timeout, 65536)
     if result.timed_out:
         raise SuiteTimeout(f"the suite ran over {recipe.timeout:g} s")
-    return report.read_report(result)
+    return SuiteRun(report.read_report(result), report.read_durations(result))
 
 
 def baseline(pool: SandboxPool, recipe: NpmRecipe) -> Baseline:
