@@ -104,7 +104,7 @@ def _build_package(recipe: Recipe, per_package: int, seed: int, out_dir: Path, c
     found = [m for path, text in sources.items() for m in find_mutations(path, text)]
     update(note="looking for copies")
     check_hidden(image if config.backend != "docker" else image.tag, protected(recipe, tree, found), WORKDIR,
-                 recipe.key, config)
+                 recipe.key, config, cache=home / "hidden.json")
     candidates = order_mutations(found, seed)[: per_package * TRIES_PER_TASK]
     with SandboxPool(config, image if config.backend != "docker" else image.tag, size=workers,
                      max_concurrency=workers) as pool:

@@ -6,7 +6,8 @@ of it, no git objects. The scan runs in a sandbox of the image, as the agent's u
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from patchgym.sandbox import Sandbox, SandboxConfig, open_sandbox
 from patchgym.tasks.factory.sources import SourceError
@@ -103,11 +104,19 @@ def find_copies(image, protected: Protected, workdir: str, config: SandboxConfig
         return scan(sandbox, protected, workdir)
 
 
-def check_hidden(image, protected: Protected, workdir: str, what: str, config: SandboxConfig) -> None:
+def check_hidden(image, protected: Protected, workdir: str, what: str, config: SandboxConfig,
+                 cache: Path | None = None) -> None:
     """Refuse (SourceError, naming each path) an image where the agent's user can read a copy of what is
-    `protected`."""
+    `protected`. `cache`: a file that keeps a clean verdict for this image and protection (a rebuild skips the scan)."""
+    key = hashlib.sha256(json.dumps([getattr(image, "tag", image), asdict(protected), workdir],
+                                    sort_keys=True).encode()).hexdigest()
+    if cache is not None and cache.exists() and json.loads(cache.read_text()).get("clean") == key:
+        return
     copies = find_copies(image, protected, workdir, config)
     if copies:
         shown = "; ".join(f"{path} ({why})" for path, why in copies[:10])
         more = f" and {len(copies) - 10} more" if len(copies) > 10 else ""
         raise SourceError(f"{what}: its image lets the agent read what a task hides: {shown}{more}")
+    if cache is not None:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text(json.dumps({"clean": key}) + "\n")
