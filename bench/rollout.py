@@ -1,4 +1,4 @@
-"""Rollout-engine throughput and overhead with a zero-latency scripted policy, on each sandbox backend, in one run.
+"""Rollout-engine throughput and overhead with a zero-latency script, on each sandbox backend, in one run.
 
     python bench/rollout.py [--backend docker --backend local] [--steps 10] [--concurrency 1,4,16] [--json]
 

@@ -5,9 +5,9 @@ saved after every turn and once more at the end, also when an exception escapes.
 
 `arun_agent` is the loop itself, a coroutine: generation is awaited (so many trajectories share one batching engine)
 and the environment's blocking calls run in worker threads. `run_agent` is the same loop for one caller. It is the
-only ReAct loop: scripted policies play through it too, as text-only engines (patchgym.agent.reference).
+only ReAct loop: scripts play through it too, as text-only engines (patchgym.agent.scripts).
 
-An engine without a tokenizer (a scripted policy) gives text, not ids: its turns record no token ids, and the
+An engine without a tokenizer (a script) gives text, not ids: its turns record no token ids, and the
 context limit does not apply to it.
 """
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchgym.agent.reference import SCRIPTS
+from patchgym.agent.scripts import SCRIPTS
 from patchgym.config import Config, dump_config, load_config
 from patchgym.errors import UserError
 from patchgym.eval.run import evaluate

@@ -49,7 +49,7 @@ class Generation:
         With the default params this is exactly the behaviour policy's logprob that PPO/IS ratios need.
     finish_reason: "stop" (a stop/eos token was sampled) or "length" (max_new_tokens or the model's context).
     exact: False when token_ids were re-tokenised from a remote server's text (it did not return its ids).
-    text: the completion's text, from an engine without a tokenizer (a scripted policy), which samples no ids.
+    text: the completion's text, from an engine without a tokenizer (a script), which samples no ids.
     """
 
     token_ids: list[int]
@@ -63,7 +63,7 @@ class Engine(Protocol):
     """What every engine (hf, vllm, openai) offers. `generate` is thread-safe; concurrent callers are batched.
 
     An engine takes token ids (`generate`), or, when `needs_messages` is true, only the chat itself
-    (`generate_chat`: hosted chat APIs, and scripted policies, whose tokenizer is None and whose generations
+    (`generate_chat`: hosted chat APIs, and scripts, whose tokenizer is None and whose generations
     carry `text` and no ids).
     """
 

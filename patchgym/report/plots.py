@@ -175,7 +175,7 @@ def tokens(data: RunData) -> Figure | str:
             thinking[n].append(a)
             call[n].append(b)
     if not any(sum(v) for v in thinking.values()) and not any(sum(v) for v in call.values()):
-        return "no sampled tokens: a scripted policy (oracle or null), not a model, wrote these trajectories"
+        return "no sampled tokens: a script (oracle or null), not a model, wrote these trajectories"
     turns = sorted(thinking)
     mean_thinking = [sum(thinking[n]) / len(thinking[n]) for n in turns]
     mean_call = [sum(call[n]) / len(call[n]) for n in turns]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from patchgym.registry import registrar
+from patchgym.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -40,9 +40,9 @@ class GroupStats:
 
 
 Estimator = Callable[[Tensor, GroupStats, float], Tensor]
-ADVANTAGE_ESTIMATORS: dict[str, Estimator] = {}
+ADVANTAGE_ESTIMATORS: Registry[Estimator] = Registry("advantage estimator")
 # Decorator: make an estimator available to `compute_advantages` (and the config) under a name.
-register_estimator = registrar(ADVANTAGE_ESTIMATORS)
+register_estimator = ADVANTAGE_ESTIMATORS.register
 
 
 @register_estimator("grpo")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from patchgym.registry import registrar
+from patchgym.registry import Registry
 
 LOG_RATIO_LIMIT = 20.0  # verl clamps log-ratios to +-20 so exp() cannot overflow
 
@@ -28,9 +28,9 @@ class Denominators:
 
 
 Aggregator = Callable[[Tensor, Tensor, Denominators], Tensor]  # (row sums of m*l, row token counts, denominators)
-AGGREGATIONS: dict[str, Aggregator] = {}
+AGGREGATIONS: Registry[Aggregator] = Registry("loss aggregation")
 # Decorator: make a loss aggregation available to `aggregate_loss` (and the config) under a name.
-register_aggregation = registrar(AGGREGATIONS)
+register_aggregation = AGGREGATIONS.register
 
 
 @register_aggregation("token-mean")

@@ -6,7 +6,7 @@ from typing import Protocol
 
 from patchgym.agent.config import AgentConfig
 from patchgym.agent.loop import Generate, arun_agent, describe_engine
-from patchgym.agent.reference import Script, ScriptEngine
+from patchgym.agent.scripts import Script, ScriptEngine
 from patchgym.agent.template_check import check_history
 from patchgym.agent.trajectory import Trajectory
 from patchgym.env.base import Env

@@ -50,7 +50,7 @@ def sft(config: Config, trajectories: Sequence[Trajectory], out: str | Path) -> 
     sequences = sft_sequences(trajectories)
     if not sequences:
         raise TrainError(f"sft: none of the {len(trajectories)} trajectories has a sampled token to learn from: "
-                         "format-error turns are masked, and scripted policies record no tokens")
+                         "format-error turns are masked, and scripts record no tokens")
     plan = sft_batches(sequences, train.sft_batch_size, 1, config.seed)
     model, tokenizer = load_model(config.inference.model, config.inference.device)
     if train.gradient_checkpointing:

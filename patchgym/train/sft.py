@@ -71,7 +71,7 @@ def read_demonstrations(source: str | Path) -> Demonstrations:
         raise DemonstrationError(
             f"train.warm_start.trajectories: '{source}' holds no usable demonstration: of its {len(trajectories)} "
             f"trajectories {unresolved} did not resolve their task and the rest have no sampled token to learn from "
-            "(scripted policies such as --policy oracle record none; format-error turns are masked); record "
+            "(scripts such as --policy oracle record none; format-error turns are masked); record "
             "demonstrations with a model's tokenizer, e.g. `patchgym demos`")
     return Demonstrations(str(source), len(trajectories), len(kept), [s for sequences in kept for s in sequences])
 

@@ -10,7 +10,7 @@ import pytest
 from patchgym.agent import tokens
 from patchgym.agent.config import AgentConfig
 from patchgym.agent.loop import open_env, run_agent
-from patchgym.agent.reference import OracleScript
+from patchgym.agent.scripts import OracleScript
 from patchgym.agent.trajectory import Trajectory
 from patchgym.env.grading.grader import grade_patch
 from patchgym.env.tools import ToolCall, render_call_xml

@@ -1,5 +1,5 @@
 """The agent loop against the in-memory Env (the fast tier: no sandbox): exact tokens, every termination reason,
-the call parsed once, infrastructure errors, and scripted policies playing through the same loop."""
+the call parsed once, infrastructure errors, and scripts playing through the same loop."""
 
 import asyncio
 
@@ -9,7 +9,7 @@ from memory_env import FIXED, MemoryEnv, diff, memory_task
 from patchgym.agent import tokens
 from patchgym.agent.config import AgentConfig
 from patchgym.agent.loop import run_agent
-from patchgym.agent.reference import NullScript, ScriptEngine
+from patchgym.agent.scripts import NullScript, ScriptEngine
 from patchgym.agent.trajectory import Trajectory, reward
 from patchgym.env.tools import ToolCall, render_call_xml
 from patchgym.rollout import ScriptedAgent

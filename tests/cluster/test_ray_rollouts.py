@@ -10,7 +10,7 @@ import ray
 import ray.cloudpickle
 from ray_nodes import alive_actors, kill_when_busy, reap_after_kill
 
-from patchgym.agent.reference import OracleScript
+from patchgym.agent.scripts import OracleScript
 from patchgym.cluster import make_rollouts
 from patchgym.config import load_config
 from patchgym.env.tools.calls import ToolCall, render_call_xml

@@ -6,7 +6,7 @@ do not), the agent's environment on each backend by tests/env/test_swe_env.py an
 
 import pytest
 
-from patchgym.agent.reference import NullScript, OracleScript
+from patchgym.agent.scripts import NullScript, OracleScript
 from patchgym.eval.run import evaluate
 from patchgym.rollout import RolloutConfig, ScriptedAgent
 from patchgym.sandbox import SandboxConfig

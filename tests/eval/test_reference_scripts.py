@@ -8,7 +8,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from patchgym.agent.reference import NullScript, OracleScript
+from patchgym.agent.scripts import NullScript, OracleScript
 from patchgym.cli import app
 from patchgym.eval.run import evaluate
 from patchgym.rollout import RolloutConfig, ScriptedAgent

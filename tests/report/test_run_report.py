@@ -136,7 +136,7 @@ def test_select_report_plots_best_at_k_against_pass_at_k(select_run):
 def test_a_plot_without_data_is_skipped_and_its_stale_png_removed(eval_run):
     report(eval_run)
     records = [json.loads(line) for line in (eval_run / "trajectories.jsonl").read_text().splitlines()]
-    for record in records:  # a scripted policy samples no tokens
+    for record in records:  # a script samples no tokens
         for t in record["turns"]:
             t["completion_ids"], t["logprobs"] = [], []
     (eval_run / "trajectories.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))

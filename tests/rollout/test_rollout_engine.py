@@ -13,7 +13,7 @@ import json
 import pytest
 
 from patchgym.agent.config import AgentConfig
-from patchgym.agent.reference import OracleScript
+from patchgym.agent.scripts import OracleScript
 from patchgym.agent.trajectory import Trajectory
 from patchgym.env.tools import ToolCall, render_call_xml
 from patchgym.eval.metrics import summarize

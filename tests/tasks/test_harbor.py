@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from patchgym.agent.reference import NullScript, OracleScript
+from patchgym.agent.scripts import NullScript, OracleScript
 from patchgym.env.tools.calls import ToolCall, render_call_xml
 from patchgym.eval.run import evaluate
 from patchgym.rollout import RolloutConfig, ScriptedAgent

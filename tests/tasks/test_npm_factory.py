@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from patchgym.agent.config import AgentConfig
-from patchgym.agent.reference import NullScript, OracleScript
+from patchgym.agent.scripts import NullScript, OracleScript
 from patchgym.env.grading.grader import grade_patch
 from patchgym.eval.run import evaluate
 from patchgym.rollout import RolloutConfig, ScriptedAgent

@@ -7,15 +7,15 @@ FAIL_TO_PASS / PASS_TO_PASS ids of SWE-bench tasks were produced by them, quirks
 import re
 from collections.abc import Callable
 
-from patchgym.registry import registrar
+from patchgym.registry import Registry
 
 PASSED, FAILED, SKIPPED, ERROR, XFAIL = "PASSED", "FAILED", "SKIPPED", "ERROR", "XFAIL"
 STATUSES = (PASSED, FAILED, SKIPPED, ERROR, XFAIL)
 
 Parser = Callable[[str], dict[str, str]]
-PARSERS: dict[str, Parser] = {}
+PARSERS: Registry[Parser] = Registry("log parser")
 # Decorator: add a parser to PARSERS under a name (the name configs and tasks use).
-register_parser = registrar(PARSERS)
+register_parser = PARSERS.register
 
 
 def parse_log(log: str, parser: str = "pytest") -> dict[str, str]:
