@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 from patchgym.agent.trajectory_files import read_trajectories  # noqa: E402
 from patchgym.config import load_config  # noqa: E402
 from patchgym.eval.build import load_eval_config, run_eval  # noqa: E402
-from patchgym.eval.metrics import paired_gain, resolve_rate  # noqa: E402
+from patchgym.eval.metrics import mean_task_resolve_rate, paired_gain  # noqa: E402
 from patchgym.inference.chat_template import configure_tokenizer  # noqa: E402
 from patchgym.inference.models import load_tokenizer  # noqa: E402
 from patchgym.rl.shaping import learnable_band  # noqa: E402
@@ -49,7 +49,7 @@ from patchgym.rollout.demos import build_demos  # noqa: E402
 from patchgym.tasks import read_tasks, write_tasks  # noqa: E402
 from patchgym.tasks.factory.build import build_tasks  # noqa: E402
 from patchgym.train.loop import Trainer  # noqa: E402
-from patchgym.train.metrics import read_metrics  # noqa: E402
+from patchgym.train.metrics_schema import read_metrics  # noqa: E402
 from patchgym.train.warm_cache import ensure_warm_start  # noqa: E402
 
 from report import print_result  # noqa: E402  (beside this script)
@@ -187,24 +187,24 @@ class Bench:
         if not tally["kept"]:
             return {**result, "ok": False, "why": "no candidate task is in the learnable band after the warm start",
                     "seconds": self.timings, "this_run_s": round(time.monotonic() - began, 1)}
-        runs = {}
+        ids = {t.instance_id for t in read_tasks(kept)}
+        held = {t.instance_id for t in read_tasks(heldout)}
+        runs, gains = {}, {}
         for name, flip in (("rl", False), ("flipped", True)):
             final = self.timed(f"train-{name}", lambda: self.train(name, demos, kept, flip))
             after = self.timed(f"eval-{name}", lambda: self.evaluate(f"eval-{name}", str(final / "model"),
                                                                      [kept, heldout]))
             before = outcomes(self.out / name / "rollouts" / "iter-1" / "trajectories.jsonl")
-            ids = {t.instance_id for t in read_tasks(kept)}
-            held = {t.instance_id for t in read_tasks(heldout)}
-            runs[name] = {"gain": paired_gain(before, {k: v for k, v in after.items() if k in ids}),
-                          "heldout": resolve_rate({k: v for k, v in after.items() if k in held}),
+            gains[name] = paired_gain(before, {k: v for k, v in after.items() if k in ids})
+            runs[name] = {"gain": gains[name].as_dict(),
+                          "heldout": mean_task_resolve_rate({k: v for k, v in after.items() if k in held}).as_dict(),
                           "curve": curve(self.out / name)}
-        return {**result, "kept_tasks": sorted(t.instance_id for t in read_tasks(kept)),
-                "heldout_warm": resolve_rate({k: v for k, v in band.items()
-                                              if k in {t.instance_id for t in read_tasks(heldout)}}),
+        return {**result, "kept_tasks": sorted(ids),
+                "heldout_warm": mean_task_resolve_rate({k: v for k, v in band.items() if k in held}).as_dict(),
                 "runs": runs, "seconds": self.timings, "stages_s": round(sum(self.timings.values()), 1),
                 "this_run_s": round(time.monotonic() - began, 1),
-                "ok": runs["rl"]["gain"]["significant"] and not runs["flipped"]["gain"]["significant"],
-                "ok_t": runs["rl"]["gain"]["t_significant"] and not runs["flipped"]["gain"]["t_significant"]}
+                "ok": gains["rl"].two_se_significant and not gains["flipped"].two_se_significant,
+                "ok_t": gains["rl"].t_significant and not gains["flipped"].t_significant}
 
 
 def outcomes(trajectories: Path) -> dict[str, list[bool]]:
@@ -217,13 +217,14 @@ def outcomes(trajectories: Path) -> dict[str, list[bool]]:
 
 
 def curve(run: Path) -> list[dict]:
-    """Per RL iteration of `run`: its resolve rate over the kept tasks with the standard error over tasks."""
+    """Per RL iteration of `run`: its mean of per-task resolve rates over the kept tasks, with the standard error
+    over tasks."""
     points = []
     for line in read_metrics(run):
         n = line.get("iteration", 0)
         if n > 0:
-            rate = resolve_rate(outcomes(run / "rollouts" / f"iter-{n}" / "trajectories.jsonl"))
-            points.append({"iteration": n, "reward_mean": line.get("reward_mean"), **rate,
+            rate = mean_task_resolve_rate(outcomes(run / "rollouts" / f"iter-{n}" / "trajectories.jsonl"))
+            points.append({"iteration": n, "reward_mean": line.get("reward_mean"), **rate.as_dict(),
                            "nonzero_advantage_group_fraction": line.get("nonzero_advantage_group_fraction")})
     return points
 

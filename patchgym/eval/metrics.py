@@ -1,5 +1,9 @@
 """Evaluation metrics over graded trajectories: Pass@1 as the mean over runs with its standard error, the unbiased
-Pass@k estimator, and resolve rates per termination reason (docs/algorithms.md §7).
+Pass@k estimator, resolve rates per termination reason, and over tasks the mean of per-task rates and the paired gain
+between two sets of attempts, with Student's t (docs/algorithms.md §7).
+
+`resolve_rate`, in summary.json as in a train run's metrics.jsonl, is resolved / scored trajectories; the mean of
+per-task rates, where every task weighs the same, is a MeanTaskRate's `rate`.
 
 Excluded trajectories (infrastructure errors; unvalidated rows whose tests did not run) say nothing about the model:
 they are left out of every rate but one and listed with their reason. That one is the official figure, resolved / all
@@ -8,6 +12,7 @@ instances as SWE-bench counts it, where an instance that could not be graded cou
 
 import math
 from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass
 
 from patchgym.agent.trajectory import Trajectory, reward
 from patchgym.env.grading.grade import GRADING_ERRORS
@@ -22,38 +27,121 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
 
 
-def resolve_rate(per_task: dict[str, list[bool]]) -> dict:
-    """The mean of the tasks' resolve rates and its standard error over tasks (attempts of one task are not
-    independent): p = mean_t r_t, se = sqrt(sum_t (r_t - p)^2 / (T (T - 1))), 0 with fewer than two tasks."""
+@dataclass(frozen=True)
+class MeanTaskRate:
+    """The mean of per-task resolve rates with its standard error over tasks (mean_task_resolve_rate); unlike
+    summary.json's resolve_rate, resolved / scored trajectories, every task weighs the same however often it was
+    attempted."""
+
+    rate: float
+    se: float  # over tasks: the attempts of one task are not independent
+    tasks: int
+    attempts: int
+    resolved: int
+
+    def as_dict(self) -> dict:
+        """The JSON record (learning.json's curves and held-out rates)."""
+        return asdict(self)
+
+
+def mean_task_resolve_rate(per_task: dict[str, list[bool]]) -> MeanTaskRate:
+    """The mean of the tasks' resolve rates and its standard error over tasks: p = mean_t r_t,
+    se = sqrt(sum_t (r_t - p)^2 / (T (T - 1))), 0 with fewer than two tasks."""
     rates = [sum(x) / len(x) for x in per_task.values() if x]
     n = len(rates)
     p = sum(rates) / n if n else 0.0
     se = math.sqrt(sum((r - p) ** 2 for r in rates) / (n * (n - 1))) if n > 1 else 0.0
-    return {"rate": p, "se": se, "tasks": n, "attempts": sum(len(x) for x in per_task.values() if x),
-            "resolved": sum(sum(x) for x in per_task.values())}
+    return MeanTaskRate(rate=p, se=se, tasks=n, attempts=sum(len(x) for x in per_task.values() if x),
+                        resolved=sum(sum(x) for x in per_task.values()))
 
 
-def paired_gain(before: dict[str, list[bool]], after: dict[str, list[bool]]) -> dict:
+@dataclass(frozen=True)
+class PairedGain:
+    """The gain from `before` to `after` on the tasks attempted in both (paired_gain), with two verdicts on whether it
+    is above noise (docs/algorithms.md §7.1): the paired t-test, valid at any number of tasks, and the 2-standard-error
+    rule, its large-sample shortcut, far too lenient with few tasks (Student's t is 4.30 at 3 tasks, 2.57 at 6)."""
+
+    per_task: dict[str, float]  # task id -> d_t = r_after(t) - r_before(t), in task id order
+    mean: float
+    se: float  # sd(d) / sqrt(T) with sd's T - 1 denominator; 0 with fewer than two tasks
+    t_critical: float  # Student's t, two-sided 95 %, at T - 1 degrees of freedom; inf with fewer than two tasks
+
+    @property
+    def tasks(self) -> int:
+        """T: how many tasks the gain is over."""
+        return len(self.per_task)
+
+    @property
+    def t_threshold(self) -> float:
+        return self.t_critical * self.se if self.tasks > 1 else math.inf
+
+    @property
+    def t_significant(self) -> bool:
+        """mean > t_critical x se: the 95 % confidence interval of the mean gain lies above 0. A zero spread (se 0)
+        is no evidence: with few attempts per task, every task changing by the same amount happens by chance."""
+        return self.tasks > 1 and self.se > 0 and self.mean > self.t_threshold
+
+    @property
+    def two_se_threshold(self) -> float:
+        return 2 * self.se
+
+    @property
+    def two_se_significant(self) -> bool:
+        """mean > 2 se: the t-test with the normal's 1.96 rounded up, which only many tasks justify."""
+        return self.tasks > 1 and self.mean > self.two_se_threshold
+
+    def as_dict(self) -> dict:
+        """The JSON record (learning.json): `threshold` and `significant` are the 2-standard-error rule's; the t
+        values are null with fewer than two tasks."""
+        judged = self.tasks > 1
+        return {"tasks": self.tasks, "mean": self.mean, "se": self.se, "threshold": self.two_se_threshold,
+                "significant": self.two_se_significant, "t_critical": self.t_critical if judged else None,
+                "t_threshold": self.t_threshold if judged else None, "t_significant": self.t_significant,
+                "per_task": self.per_task}
+
+
+def paired_gain(before: dict[str, list[bool]], after: dict[str, list[bool]]) -> PairedGain:
     """The gain from `before` to `after` on the same tasks (task id -> attempts' outcomes), as per-task paired
-    differences d_t = r_after(t) - r_before(t) over the T tasks attempted in both: mean d, its standard error
-    sd(d) / sqrt(T) with sd's T - 1 denominator, and `significant` when mean d > 2 se (T >= 2). Pairing removes
-    the tasks' own difficulty from the noise, which two separate rates with their own errors keep."""
+    differences d_t = r_after(t) - r_before(t) over the T tasks attempted in both: mean d and its standard error
+    sd(d) / sqrt(T). Pairing removes the tasks' own difficulty from the noise, which two separate rates with their
+    own errors keep."""
     tasks = sorted(t for t in before if before[t] and after.get(t))
     diffs = [sum(after[t]) / len(after[t]) - sum(before[t]) / len(before[t]) for t in tasks]
     n = len(diffs)
     mean = sum(diffs) / n if n else 0.0
     se = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1) / n) if n > 1 else 0.0
-    t_crit = T_975[min(n - 1, len(T_975)) - 1] if n > 1 else math.inf
-    return {"tasks": n, "mean": mean, "se": se, "threshold": 2 * se, "significant": n > 1 and mean > 2 * se,
-            "t_threshold": t_crit * se, "t_significant": n > 1 and se > 0 and mean > t_crit * se,
-            "per_task": dict(zip(tasks, diffs))}
+    return PairedGain(per_task=dict(zip(tasks, diffs)), mean=mean, se=se,
+                      t_critical=t_critical(n - 1) if n > 1 else math.inf)
 
 
-# Student's t, two-sided 95 % (the 0.975 quantile), for 1..30 degrees of freedom; beyond 30, 2.04 stands for them.
-# With few tasks "2 standard errors" is far too lenient (t = 12.7 at 1 degree of freedom, 3.18 at 3), hence the
-# second verdict of paired_gain, `t_significant`, which also refuses a zero spread (se 0) as evidence.
-T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+def t_critical(df: int, confidence: float = 0.95) -> float:
+    """The two-sided critical value c of Student's t with `df` degrees of freedom, P(|T| < c) = confidence: 12.706
+    at 1, 3.182 at 3, 2.042 at 30, towards the normal's 1.960 as df grows. Bisection on the exact probability."""
+    if df < 1 or not 0 < confidence < 1:
+        raise ValueError(f"t_critical needs df >= 1 and 0 < confidence < 1, got df={df} confidence={confidence}")
+    low, high = 0.0, math.pi / 2  # theta, where t = sqrt(df) tan(theta)
+    for _ in range(60):
+        mid = (low + high) / 2
+        low, high = (mid, high) if _t_central(mid, df) < confidence else (low, mid)
+    return math.sqrt(df) * math.tan((low + high) / 2)
+
+
+def _t_central(theta: float, df: int) -> float:
+    """P(|T| < sqrt(df) tan(theta)) for an integer df, as the finite series of Abramowitz & Stegun 26.7.3 (odd df)
+    and 26.7.4 (even df)."""
+    c2 = math.cos(theta) ** 2
+    term = total = 1.0
+    if df % 2:
+        if df == 1:
+            return 2 * theta / math.pi
+        for k in range(1, (df - 1) // 2):  # 1 + (2/3) c2 + (2 4)/(3 5) c2^2 + ... up to c2^((df-3)/2)
+            term *= 2 * k / (2 * k + 1) * c2
+            total += term
+        return 2 / math.pi * (theta + math.sin(theta) * math.cos(theta) * total)
+    for k in range(1, df // 2):  # 1 + (1/2) c2 + (1 3)/(2 4) c2^2 + ... up to c2^((df-2)/2)
+        term *= (2 * k - 1) / (2 * k) * c2
+        total += term
+    return math.sin(theta) * total
 
 
 def summarize(trajectories: list[Trajectory], runs: int, instances: int | None = None) -> dict:

@@ -5,13 +5,14 @@ import html
 import time
 from pathlib import Path
 
-from patchgym.files import read_jsonl
 from patchgym.report import learning
-from patchgym.report.gain import iteration_gain
+from patchgym.report.gain import NoIterationGain, iteration_gain
 from patchgym.report.plots import DPI, PLOTS, SIZE_IN, RunData
 from patchgym.report.runs import read_json, run_kind, trajectory_rows
+from patchgym.train.metrics_schema import read_metrics
 
-# train metrics shown per iteration in the summary table, when present
+# train metrics (patchgym.train.metrics_schema's KEYS and UPDATE_KEYS) shown per iteration in the summary table, when
+# present
 TRAIN_COLUMNS = ("iteration", "reward_mean", "resolve_rate", "resolved", "trajectories",
                  "nonzero_advantage_group_fraction", "steps_per_trajectory",
                  "sampled_tokens_per_trajectory", "rollout_logprob_gap", "entropy", "grad_norm", "clip_frac_high",
@@ -32,8 +33,7 @@ def load_run(run: Path) -> RunData:
     kind = run_kind(run)
     if kind == "learning":  # a benchmark's result; its stages' runs have their own reports
         return RunData(run, kind, summary=read_json(run / "learning.json") or {})
-    # as train.metrics.read_metrics reads it, without importing the trainer (torch) for a report
-    lines = read_jsonl(run / "metrics.jsonl", what="metrics file").records if kind == "train" else []
+    lines = read_metrics(run) if kind == "train" else []
     warm = [m["warm_start"] for m in lines if isinstance(m.get("warm_start"), dict)]
     return RunData(run, kind, summary=read_json(run / "summary.json") or {},
                    metrics=[m for m in lines if "warm_start" not in m], trajectories=trajectory_rows(run),
@@ -73,8 +73,7 @@ def summary_html(data: RunData) -> str:
         about.append(["iterations in metrics.jsonl", str(len(data.metrics))])
         if data.warm_start is not None:
             about.append(["warm start", warm_start_text(data.warm_start)])
-        gain = iteration_gain(data.trajectories)
-        about.append(["gain on the tasks of every iteration", gain if isinstance(gain, str) else gain["verdict"]])
+        about.extend(gain_rows(data.trajectories))
     parts = [_table(["run", ""], about)]
     if data.kind == "train":
         if not data.metrics:
@@ -97,6 +96,19 @@ def summary_html(data: RunData) -> str:
             if not (data.kind == "select" and ("best@" in key or "pass@" in key))]
     parts.append(_table(["summary.json", "value"], rows))
     return "\n".join(parts)
+
+
+def gain_rows(trajectories: list[dict]) -> list[list[str]]:
+    """The summary rows of a train run's gain on the tasks of every iteration: the paired t-test's verdict, and the
+    2-standard-error rule's, labelled as the large-sample rule it is; or why there is no gain."""
+    try:
+        gain = iteration_gain(trajectories)
+    except NoIterationGain as why:
+        return [["gain on the tasks of every iteration", str(why)]]
+    rows = [["gain on the tasks of every iteration", gain.verdict]]
+    if gain.gain.tasks > 1:
+        rows.append(["the same gain, large-sample rule (too lenient with few tasks)", gain.two_se_verdict])
+    return rows
 
 
 def warm_start_text(warm: dict) -> str:

@@ -9,7 +9,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator, PercentFormatter
 
-from patchgym.report.gain import iteration_gain
+from patchgym.report.gain import NoIterationGain, iteration_gain
 from patchgym.report.runs import RunKind
 
 SIZE_IN, DPI = (9.0, 5.0), 100  # every PNG is 900 x 500 pixels
@@ -84,18 +84,21 @@ def reward(data: RunData) -> Figure | str:
 def task_gain(data: RunData) -> Figure | str:
     if data.kind != "train":
         return f"only train runs have iterations ({data.kind} runs do not)"
-    result = iteration_gain(data.trajectories)
-    if isinstance(result, str):
-        return result
-    fig, ax = figure(f"Resolved per iteration on the {len(result['tasks'])} tasks of every iteration "
+    try:
+        result = iteration_gain(data.trajectories)
+    except NoIterationGain as why:
+        return str(why)
+    fig, ax = figure(f"Resolved per iteration on the {result.gain.tasks} tasks of every iteration "
                      "(bars: ± 2 standard errors over tasks)")
-    rate_curve(ax, result["curve"], GREEN, result["verdict"])
+    points = [{"iteration": i, **rate.as_dict()} for i, rate in result.curve.items()]
+    rate_curve(ax, points, GREEN, result.verdict)
     rate_axes(fig, ax)
     return fig
 
 
 def rate_curve(ax, points: list[dict], colour: str, label: str, offset: float = 0.0) -> None:
-    """A resolve rate per iteration ({iteration, rate, se} points) with bars of ± 2 standard errors."""
+    """The mean of per-task resolve rates per iteration ({iteration, rate, se} points: MeanTaskRate records) with
+    bars of ± 2 standard errors."""
     ax.errorbar([p["iteration"] + offset for p in points], [100 * p["rate"] for p in points],
                 yerr=[200 * p["se"] for p in points], fmt="-o", capsize=4, color=colour, label=label)
 

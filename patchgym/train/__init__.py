@@ -1,8 +1,17 @@
-"""The training stage: batches from trajectories, the optimizer steps of RL and SFT, and a synthetic environment
-that proves the whole path learns."""
+"""The training stage: batches from trajectories (`batch`), the optimizer steps of RL and SFT (`update`), the loop
+(`loop.Trainer`), and a synthetic environment that proves the whole path learns.
 
-from patchgym.train.batch import TrainSequence, collate, pack_micro_batches, sequences_from_trajectories
-from patchgym.train.update import policy_update, sft_update
+The package's names below are imported when first used, so its torch-free modules (`metrics_schema`, `config`) load
+without torch."""
 
-__all__ = ["TrainSequence", "collate", "pack_micro_batches", "policy_update", "sequences_from_trajectories",
-           "sft_update"]
+import importlib
+
+_EXPORTS = {"TrainSequence": "batch", "collate": "batch", "pack_micro_batches": "batch",
+            "sequences_from_trajectories": "batch", "policy_update": "update", "sft_update": "update"}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'patchgym.train' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"patchgym.train.{_EXPORTS[name]}"), name)

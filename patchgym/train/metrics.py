@@ -5,7 +5,7 @@ start (train.warm_start) is the line of iteration 0.
 A line is appended with one write() on an O_APPEND descriptor and fsync'd, and read back by patchgym.files.read_jsonl
 (a last line cut by a crash is left out). Opening the log for a run resumed after iteration N drops lines of later
 iterations (whose checkpoint was never written, so they will be redone) and a cut line: every iteration appears
-exactly once.
+exactly once. The keys of a line, and the reader, are in patchgym.train.metrics_schema (no torch there).
 """
 
 import json
@@ -24,24 +24,7 @@ from patchgym.errors import UserError
 from patchgym.files import append_line, read_jsonl, write_atomic
 from patchgym.termination import Termination
 from patchgym.train.batch import stepwise_extra_tokens
-
-# Keys of every line (the policy update's own metrics come on top); nested dicts are counts (termination_fractions:
-# shares of the trajectories).
-KEYS = (
-    "iteration", "stage", "optimizer_steps", "lr", "tasks", "trajectories", "rounds", "reward_mean", "reward_std",
-    "reward_before_shaping", "resolve_rate", "resolved", "advantage_mean", "advantage_std", "advantage_min",
-    "advantage_max", "advantage_zero_fraction", "groups", "nonzero_advantage_group_fraction", "trained_trajectories",
-    "steps_per_trajectory", "sampled_tokens_per_trajectory", "tokens_per_trajectory", "stepwise_extra_tokens",
-    "observations_cut", "thinking_truncated", "rollout_tokens_per_s", "terminations", "termination_fractions",
-    "grade_outcomes", "filters", "time_rollout_s", "time_grading_s",
-    "time_training_s", "time_weight_sync_s", "time_iteration_s", "time_rollout_wait_s", "policy_version_min",
-    "staleness_mean", "staleness_max",
-)
-# The policy update's numbers (patchgym.train.update.policy_update), renamed to say what they count; every line
-# has UPDATE_KEYS, null where the update did not report one (nothing trained).
-UPDATE_NAMES = {"tokens": "policy_tokens", "input_tokens": "train_input_tokens", "tokens_per_s": "train_tokens_per_s"}
-UPDATE_KEYS = ("loss", "clip_frac_low", "clip_frac_high", "clip_frac_dual", "rollout_logprob_gap", "entropy",
-               "grad_norm", "policy_tokens", "train_tokens_per_s", "padding_fraction")
+from patchgym.train.metrics_schema import METRICS_FILE, UPDATE_KEYS, UPDATE_NAMES
 
 
 class LoggerError(UserError, RuntimeError):
@@ -55,7 +38,7 @@ class MetricsLog:
     def __init__(self, run_dir: str | Path, resume_after: int = 0,
                  loggers: Sequence[str] = ("jsonl", "tensorboard"), config: dict | None = None):
         run_dir = Path(run_dir)
-        self.path = run_dir / "metrics.jsonl"
+        self.path = run_dir / METRICS_FILE
         self.path.parent.mkdir(parents=True, exist_ok=True)
         _drop_after(self.path, resume_after)
         self.writer = _tensorboard(run_dir / "tensorboard", resume_after + 1) if "tensorboard" in loggers else None
@@ -79,11 +62,6 @@ class MetricsLog:
 
             self.wandb.finish()
             wandb.teardown()  # until its service stops, wandb-core may still hold the run's log unwritten
-
-
-def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
-    """RUN/metrics.jsonl's lines, in order (none when there is no such file)."""
-    return read_jsonl(Path(run_dir) / "metrics.jsonl", what="metrics file").records
 
 
 def flatten(record: dict[str, Any], prefix: str = "") -> dict[str, float]:

@@ -17,7 +17,7 @@ from patchgym.inference.models import load_model
 from patchgym.tasks import write_tasks
 from patchgym.train.checkpoint import latest_checkpoint, read_state
 from patchgym.train.loop import Trainer, TrainError
-from patchgym.train.metrics import read_metrics
+from patchgym.train.metrics_schema import read_metrics
 
 G = 6
 

@@ -1,9 +1,13 @@
-"""Pass@k and the eval summary, on the worked numbers of docs/algorithms.md §7."""
+"""Pass@k, the eval summary, the paired gain and Student's t, on the worked numbers of docs/algorithms.md §7."""
+
+import dataclasses
+import json
+import math
 
 import pytest
 
 from patchgym.agent.trajectory import Trajectory
-from patchgym.eval.metrics import pass_at_k, summarize
+from patchgym.eval.metrics import paired_gain, pass_at_k, summarize, t_critical
 
 
 def test_pass_at_k_worked_example():
@@ -69,28 +73,72 @@ def outcomes(*rates_of_four):
 
 
 def test_paired_gain_is_the_mean_of_per_task_differences_with_their_standard_error():
-    from patchgym.eval.metrics import paired_gain
-
     # Every task gains exactly 0.25: se 0 and a gain. Unpaired, the two rates (0.375 and 0.625, each with se
     # sd([0, .25, .5, .75]) / 2 = 0.161) would need a margin of 2 sqrt(2) 0.161 = 0.456 > 0.25.
     same = paired_gain(outcomes(0, 0.25, 0.5, 0.75), outcomes(0.25, 0.5, 0.75, 1.0))
-    assert (same["tasks"], same["mean"], same["se"], same["significant"]) == (4, 0.25, 0.0, True)
-    assert same["per_task"] == {"t0": 0.25, "t1": 0.25, "t2": 0.25, "t3": 0.25}
+    assert (same.tasks, same.mean, same.se, same.two_se_significant) == (4, 0.25, 0.0, True)
+    assert same.per_task == {"t0": 0.25, "t1": 0.25, "t2": 0.25, "t3": 0.25}
     # d = 0.5, 0, -0.25: mean 1/12, sd^2 = (0.41667^2 + 0.08333^2 + 0.33333^2) / 2 = 0.145833, se = sqrt(sd^2 / 3)
     mixed = paired_gain(outcomes(0, 0.5, 0.75), outcomes(0.5, 0.5, 0.5))
-    assert mixed["mean"] == pytest.approx(1 / 12) and mixed["se"] == pytest.approx(0.220479, abs=1e-6)
-    assert mixed["threshold"] == pytest.approx(0.440958, abs=1e-6) and not mixed["significant"]
+    assert mixed.mean == pytest.approx(1 / 12) and mixed.se == pytest.approx(0.220479, abs=1e-6)
+    assert mixed.two_se_threshold == pytest.approx(0.440958, abs=1e-6) and not mixed.two_se_significant
     # Only tasks attempted in both count; one task is no evidence at all.
     partial = paired_gain({**outcomes(0, 0.5), "gone": [True]}, {**outcomes(1.0), "new": [True]})
-    assert (partial["tasks"], partial["mean"], partial["se"], partial["significant"]) == (1, 1.0, 0.0, False)
-    assert paired_gain({}, {})["tasks"] == 0
+    assert (partial.tasks, partial.mean, partial.se) == (1, 1.0, 0.0)
+    assert not partial.two_se_significant and not partial.t_significant and partial.t_critical == math.inf
+    assert paired_gain({}, {}).tasks == 0
     # Student's t at T - 1 degrees of freedom: with 3 tasks the margin is 4.303 se, not 2; a zero spread is no evidence.
-    assert mixed["t_threshold"] == pytest.approx(4.303 * 0.220479, abs=1e-5) and not mixed["t_significant"]
-    assert same["significant"] and not same["t_significant"]
+    assert mixed.t_critical == pytest.approx(4.3027, abs=1e-4)
+    assert mixed.t_threshold == pytest.approx(4.3027 * 0.220479, abs=1e-5) and not mixed.t_significant
+    assert same.two_se_significant and not same.t_significant
     # d = 0.5, 0.5, 0.25, 0.25, 0.5 over 5 tasks: mean 0.4, sd^2 = (3 x 0.01 + 2 x 0.0225) / 4 = 0.01875, se = 0.061237
     clear = paired_gain(outcomes(0, 0, 0.25, 0.25, 0), outcomes(0.5, 0.5, 0.5, 0.5, 0.5))
-    assert clear["se"] == pytest.approx(0.061237, abs=1e-6) and clear["t_threshold"] == pytest.approx(2.776 * 0.061237,
-                                                                                                     abs=1e-5)
-    assert clear["significant"] and clear["t_significant"]
+    assert clear.se == pytest.approx(0.061237, abs=1e-6)
+    assert clear.t_threshold == pytest.approx(2.7764 * 0.061237, abs=1e-5)
+    assert clear.two_se_significant and clear.t_significant
     # A loss is never significant, however consistent.
-    assert not paired_gain(outcomes(0.5, 0.75), outcomes(0.25, 0.5))["significant"]
+    loss = paired_gain(outcomes(0.5, 0.75, 1.0), outcomes(0.25, 0.25, 0.5))
+    assert not loss.two_se_significant and not loss.t_significant
+
+
+def test_with_three_tasks_the_2_se_rule_calls_a_gain_that_students_t_does_not():
+    # d = 0.5, 0.25, 0.25: mean 1/3, sd 0.14434, se 1/12. 2 se = 0.1667 < 1/3, but t(0.975, 2 df) se = 4.3027 / 12
+    # = 0.3586 > 1/3: the 95 % interval of the mean gain, 1/3 ± 0.3586, reaches below 0.
+    gain = paired_gain(outcomes(0, 0.25, 0.5), outcomes(0.5, 0.5, 0.75))
+    assert gain.mean == pytest.approx(1 / 3) and gain.se == pytest.approx(1 / 12)
+    assert gain.two_se_significant and gain.two_se_threshold == pytest.approx(1 / 6)
+    assert not gain.t_significant and gain.t_threshold == pytest.approx(4.3027 / 12, abs=1e-5)
+    # Over 7 tasks, d = 0.5 x 3 and 0.25 x 4: mean 0.35714, sd^2 = (3 x 0.14286^2 + 4 x 0.10714^2) / 6 = 0.017857,
+    # se 0.050508; t(0.975, 6 df) = 2.4469 puts the margin at 0.12359, and the t-test agrees.
+    wide = paired_gain(outcomes(0, 0.25, 0.5, 0, 0.25, 0.5, 0), outcomes(0.5, 0.5, 0.75, 0.5, 0.5, 0.75, 0.5))
+    assert wide.se == pytest.approx(0.050508, abs=1e-6) and wide.t_critical == pytest.approx(2.4469, abs=1e-4)
+    assert wide.t_significant and wide.two_se_significant
+
+
+def test_paired_gain_is_a_frozen_record_whose_json_keeps_the_keys_learning_json_had():
+    gain = paired_gain(outcomes(0, 0.25, 0.5), outcomes(0.5, 0.5, 0.75))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        gain.mean = 1.0
+    record = json.loads(json.dumps(gain.as_dict()))
+    assert record == {"tasks": 3, "mean": pytest.approx(1 / 3), "se": pytest.approx(1 / 12),
+                      "threshold": pytest.approx(1 / 6), "significant": True,
+                      "t_critical": pytest.approx(4.3027, abs=1e-4),
+                      "t_threshold": pytest.approx(4.3027 / 12, abs=1e-5), "t_significant": False,
+                      "per_task": {"t0": 0.5, "t1": 0.25, "t2": 0.25}}
+    one = paired_gain({"a": [False]}, {"a": [True]}).as_dict()
+    assert (one["t_critical"], one["t_threshold"], one["t_significant"]) == (None, None, False)
+
+
+@pytest.mark.parametrize(("df", "critical"), [(1, 12.7062), (2, 4.3027), (3, 3.1824), (4, 2.7764), (5, 2.5706),
+                                              (10, 2.2281), (30, 2.0423), (60, 2.0003), (120, 1.9799)])
+def test_t_critical_matches_the_printed_table_of_students_t(df, critical):
+    # two-sided 95 % (the 0.975 quantile), as printed in any table of Student's t
+    assert t_critical(df) == pytest.approx(critical, abs=1e-4)
+
+
+def test_t_critical_reaches_the_normal_quantile_and_takes_other_levels():
+    assert t_critical(100_000) == pytest.approx(1.95997, abs=1e-4)
+    assert t_critical(1, confidence=0.5) == pytest.approx(1.0)  # P(|T| < 1) = 1/2 for the Cauchy distribution
+    assert t_critical(9, confidence=0.99) == pytest.approx(3.2498, abs=1e-4)
+    with pytest.raises(ValueError):
+        t_critical(0)

@@ -24,7 +24,7 @@ from patchgym.inference.models import qwen3_tokenizer
 from patchgym.inference.vllm_engine import model_dir
 from patchgym.tasks import write_tasks
 from patchgym.train.loop import Trainer
-from patchgym.train.metrics import read_metrics
+from patchgym.train.metrics_schema import read_metrics
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
                                 reason="vllm is not installed (pip install '.[vllm]')")

@@ -12,7 +12,9 @@ from typer.testing import CliRunner
 from patchgym.agent.trajectory import Trajectory, Turn
 from patchgym.cli import app
 from patchgym.eval.metrics import summarize
+from patchgym.report.html import TRAIN_COLUMNS
 from patchgym.report.runs import run_kind, split_action, turn_tokens
+from patchgym.train.metrics_schema import KEYS, UPDATE_KEYS
 
 runner = CliRunner()
 PATCH = "diff --git a/x.py b/x.py\n--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b\n"
@@ -124,6 +126,10 @@ def test_train_report_has_curves_per_iteration_and_skips_pass_at_k(train_run):
     assert ("<td>warm start</td><td>2 epochs of SFT on 6 demonstrations (900 tokens) from runs/demos; loss per "
             "epoch 1.25 -&gt; 0.5</td>") in page
     assert "<td>trajectories read</td><td>16</td>" in page
+
+
+def test_the_train_table_shows_keys_of_the_metrics_schema():
+    assert set(TRAIN_COLUMNS) <= set(KEYS) | set(UPDATE_KEYS), set(TRAIN_COLUMNS) - set(KEYS) - set(UPDATE_KEYS)
 
 
 def test_select_report_plots_best_at_k_against_pass_at_k(select_run):

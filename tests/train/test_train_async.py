@@ -21,7 +21,7 @@ from patchgym.train.async_rollouts import PolicyVersions, RolloutPipeline
 from patchgym.train.batch import sequences_from_trajectories
 from patchgym.train.checkpoint import latest_checkpoint, read_state
 from patchgym.train.loop import Trainer
-from patchgym.train.metrics import read_metrics
+from patchgym.train.metrics_schema import read_metrics
 from patchgym.train.prepare import full_state_dict
 from patchgym.train.update import make_optimizer, policy_update
 

@@ -28,7 +28,7 @@ from patchgym.train.checkpoint import latest_checkpoint, load_training_state, re
 from patchgym.train.config import TrainConfig
 from patchgym.train.distributed import Distributed, prepare_policy, save_run_checkpoint, shard_sequences
 from patchgym.train.logprobs import sequence_logprobs
-from patchgym.train.metrics import read_metrics
+from patchgym.train.metrics_schema import read_metrics
 from patchgym.train.prepare import full_state_dict
 from patchgym.train.update import make_optimizer, policy_update
 

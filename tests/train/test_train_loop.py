@@ -10,7 +10,7 @@ from patchgym.config import load_config
 from patchgym.tasks import write_tasks
 from patchgym.train.checkpoint import latest_checkpoint, list_checkpoints, read_state
 from patchgym.train.loop import Trainer, TrainError
-from patchgym.train.metrics import KEYS, UPDATE_KEYS, read_metrics
+from patchgym.train.metrics_schema import KEYS, UPDATE_KEYS, read_metrics
 from patchgym.train.prepare import full_state_dict
 
 

@@ -5,7 +5,8 @@ import json
 import struct
 from pathlib import Path
 
-from patchgym.train.metrics import MetricsLog, read_metrics
+from patchgym.train.metrics import MetricsLog
+from patchgym.train.metrics_schema import read_metrics
 
 BLOCK = 32 * 1024  # the .wandb file is a LevelDB-style log: records in 32 KiB blocks, 7-byte chunk headers
 

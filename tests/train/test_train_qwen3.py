@@ -23,7 +23,7 @@ from patchgym.inference.models import qwen3_tokenizer
 from patchgym.rollout import RolloutEngine
 from patchgym.tasks import write_tasks
 from patchgym.train.loop import Trainer
-from patchgym.train.metrics import read_metrics
+from patchgym.train.metrics_schema import read_metrics
 
 GRPO_PP = Path(__file__).resolve().parents[2] / "configs" / "grpo++.yaml"
 

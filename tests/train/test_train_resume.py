@@ -16,7 +16,7 @@ import yaml
 from patchgym.sandbox.reaper import leftovers, reap
 from patchgym.tasks import write_tasks
 from patchgym.train.checkpoint import latest_checkpoint, read_state
-from patchgym.train.metrics import read_metrics
+from patchgym.train.metrics_schema import read_metrics
 
 ITERATIONS, G = 3, 4
 

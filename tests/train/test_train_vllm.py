@@ -14,7 +14,7 @@ from patchgym.config import load_config
 from patchgym.inference.models import load_tokenizer
 from patchgym.tasks import write_tasks
 from patchgym.train.loop import Trainer
-from patchgym.train.metrics import read_metrics
+from patchgym.train.metrics_schema import read_metrics
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
                                 reason="vllm is not installed (pip install '.[vllm]')")

@@ -24,7 +24,7 @@ from patchgym.train.batch import collate
 from patchgym.train.checkpoint import list_checkpoints, read_state
 from patchgym.train.logprobs import sequence_logprobs
 from patchgym.train.loop import Trainer
-from patchgym.train.metrics import read_metrics
+from patchgym.train.metrics_schema import read_metrics
 from patchgym.train.sft import DemonstrationError, read_demonstrations
 
 torch.set_num_threads(1)

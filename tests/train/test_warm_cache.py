@@ -11,7 +11,7 @@ import torch
 
 from patchgym.train.checkpoint import list_checkpoints
 from patchgym.train.loop import Trainer
-from patchgym.train.metrics import read_metrics
+from patchgym.train.metrics_schema import read_metrics
 from patchgym.train.policy import LocalPolicy
 from patchgym.train.sft import read_demonstrations
 from patchgym.train.warm_cache import find_warm_start, key_of, model_fingerprint, warm_start_fields
