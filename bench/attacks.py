@@ -24,7 +24,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from patchgym import paths  # noqa: E402
 from patchgym.tasks import read_tasks  # noqa: E402
 from patchgym.tasks.factory.build import build_tasks  # noqa: E402
-from patchgym.tasks.factory.npm.build import build_npm_tasks  # noqa: E402
 from tests.attacks import js_attacks, python_attacks  # noqa: E402
 from tests.attacks.run import attack, grade  # noqa: E402
 
@@ -34,7 +33,7 @@ MIN_TASKS = 3
 def task_sets(python: list[str], npm: list[str], per_package: int) -> dict[str, list]:
     home = paths.store_dir() / "bench-attacks"
     build_tasks(python, per_package, seed=0, out_dir=home / "python", backend="docker", progress=False)
-    build_npm_tasks(npm, per_package, seed=0, out_dir=home / "npm", backend="docker", progress=False)
+    build_tasks(npm, per_package, seed=0, out_dir=home / "npm", ecosystem="npm", backend="docker", progress=False)
     return {"python": read_tasks(home / "python" / "tasks.jsonl"),
             "javascript": read_tasks(home / "npm" / "tasks.jsonl")}
 

@@ -29,6 +29,8 @@ from rich.console import Console
 from rich.table import Table
 
 from patchgym.env.grading import tape
+from patchgym.env.grading.families import family_of
+from patchgym.env.grading.families.tape_report import TapeReport
 from patchgym.env.grading.grader import grade_patch
 from patchgym.env.workspace import apply_patch
 from patchgym.sandbox import SandboxConfig, open_sandbox
@@ -40,7 +42,7 @@ IMPORTED_TARGET = 1.2
 
 
 def bare_command(task) -> str:
-    if task.log_parser != tape.TAPE_PARSER:
+    if not isinstance(family_of(task), TapeReport):
         return task.test_cmd
     driver = ("var path = require('path'); require(require('module').createRequire(path.join(process.cwd(), "
               "'index.js')).resolve('tape')); process.argv.slice(1).forEach(function (f) { require(path.resolve(f)); "

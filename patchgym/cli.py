@@ -715,17 +715,13 @@ def tasks_build(packages: str = typer.Option(..., help="comma-separated package 
                 files: list[Path] = ConfigFiles, overrides: list[str] = Overrides) -> None:
     """Make validated tasks offline from PyPI sdists (or npm tarballs) by mutation (SWE-smith style); resumes where
     it stopped."""
+    from patchgym.tasks.factory import build_tasks, ecosystem_named
+
     config = _config(files, overrides)
-    if ecosystem == "npm":
-        from patchgym.tasks.factory.npm.build import build_npm_tasks as build
-        from patchgym.tasks.factory.npm.sources import load_npm_recipes as load
-    elif ecosystem == "pypi":
-        from patchgym.tasks.factory.build import build_tasks as build
-        from patchgym.tasks.factory.sources import load_recipes as load
-    else:
-        raise UserError(f"unknown ecosystem {ecosystem!r}: choose pypi or npm")
-    names = list(load()) if packages == "all" else [p.strip() for p in packages.split(",") if p.strip()]
-    result = build(names, per_package, seed, out, backend=config.sandbox.backend, workers=workers)
+    recipes = ecosystem_named(ecosystem).recipes()
+    names = list(recipes) if packages == "all" else [p.strip() for p in packages.split(",") if p.strip()]
+    result = build_tasks(names, per_package, seed, out, ecosystem=ecosystem, backend=config.sandbox.backend,
+                         workers=workers)
     console.print(f"{result.tasks} tasks -> {result.tasks_file}")
     if not result.tasks:
         raise typer.Exit(1)

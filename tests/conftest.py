@@ -305,11 +305,11 @@ def npm_tasks(ready_backend):
     local backend runs the same images through the engine."""
     from patchgym import paths
     from patchgym.tasks import read_tasks
-    from patchgym.tasks.factory.npm.build import build_npm_tasks
+    from patchgym.tasks.factory.build import build_tasks
 
     ready_backend("docker")
     out = paths.store_dir() / "factory-npm" / "docker"
-    build_npm_tasks(NPM_PACKAGES, 3, seed=0, out_dir=out, backend="docker", progress=False)
+    build_tasks(NPM_PACKAGES, 3, seed=0, out_dir=out, ecosystem="npm", backend="docker", progress=False)
     return read_tasks(out / "tasks.jsonl")
 
 

@@ -111,5 +111,8 @@ class MemoryEnv:
             raise DiffTooLarge(len(patch.encode()), max_bytes)
         return patch
 
+    def verify(self, threshold: float) -> None:
+        return None  # its tasks are graded by their patch, afterwards
+
     def close(self) -> None:
         self.closed = True

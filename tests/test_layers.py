@@ -29,6 +29,11 @@ LAYERS = (
     "patchgym.termination",
     # the pipeline, upstream first
     "patchgym.sandbox",
+    "patchgym.tasks.task",  # the record every stage shares
+    # How each row is graded (the grading families, their harnesses and parsers) comes before the rest of tasks: the
+    # loaders derive a row's spec with the harnesses' own code, and the factory makes tasks by grading them.
+    "patchgym.env.workspace",
+    "patchgym.env.grading",
     "patchgym.tasks",
     "patchgym.env",
     "patchgym.tasks.factory",  # it makes tasks by grading them, so it comes after env

@@ -1,12 +1,13 @@
 """The environment contract the agent loop and the rollout engine are written against, and what one step returns.
 
-`SWEEnv` (a sandbox per episode) is the real one; anything with these four methods can stand in for it, such as
+`SWEEnv` (a sandbox per episode) is the real one; anything with these five methods can stand in for it, such as
 the in-memory environment of the fast test tier.
 """
 
 from dataclasses import dataclass
 from typing import Protocol
 
+from patchgym.env.grading.grade import Grade
 from patchgym.env.tools.calls import ToolCall
 from patchgym.tasks import Task
 
@@ -37,6 +38,12 @@ class Env(Protocol):
 
     def patch(self, max_bytes: int) -> str:
         """The agent's change so far, as a git diff; patchgym.sandbox.DiffTooLarge when it is over `max_bytes`."""
+        ...
+
+    def verify(self, threshold: float) -> Grade | None:
+        """The episode's grade, taken from its own sandbox before it closes, where the task's grading family grades
+        in place (Harbor: its verifier; a score at or over `threshold` resolves); None where the patch is graded in a
+        fresh sandbox afterwards."""
         ...
 
     def close(self) -> None:

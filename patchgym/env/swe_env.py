@@ -7,12 +7,12 @@ grading starts a fresh sandbox from the image, where they still are.
 
 A Harbor task is different: its state is the whole container, so its working directory is left as the image has it
 (no snapshot, no patch), its sandbox gets the task's own limits and agent user, and `verify` runs its verifier in
-this sandbox once the episode is over (patchgym.env.grading.harbor_verifier).
+this sandbox once the episode is over (patchgym.env.grading.families.harbor).
 """
 
 from patchgym.env.base import StepResult
+from patchgym.env.grading.families import family_of
 from patchgym.env.grading.grade import Grade
-from patchgym.env.grading.harbor_verifier import verify
 from patchgym.env.tools import COMMAND_TIMEOUT_S, install_tools, run_tool
 from patchgym.env.tools.calls import FormatError, parse_tool_call
 from patchgym.env.workspace import BASE_GIT_DIR, prepare_workspace
@@ -70,9 +70,11 @@ class SWEEnv:
                 update={"agent_user": int(result.output.strip().splitlines()[-1])})
         install_tools(self.sandbox)
 
-    def verify(self, threshold: float = 1.0) -> Grade:
-        """A Harbor task's grade: its verifier, run in this sandbox after the episode."""
-        return verify(self.sandbox, self.task, threshold=threshold)
+    def verify(self, threshold: float = 1.0) -> Grade | None:
+        """The episode's grade where the task's family grades in place (a Harbor task's verifier, run in this
+        sandbox after the episode); None where the patch is graded in a fresh sandbox."""
+        family = family_of(self.task)
+        return family.verify(self.sandbox, self.task, threshold=threshold) if family.in_place else None
 
     def _remove_hidden(self, task: Task) -> None:
         """Delete the paths only the grader may see, as root (not an agent command), and check they are gone."""
@@ -101,7 +103,7 @@ class SWEEnv:
         """The agent's change: git diff of the whole workspace against the starting commit (its copy outside the
         workspace, so a deleted .git changes nothing), binary-safe; over `max_bytes`, DiffTooLarge (the sandbox
         sends back no more than that). A Harbor task has none: its verifier reads the container itself."""
-        if self.task.harbor is not None:
+        if family_of(self.task).in_place:
             return ""
         return self.sandbox.diff(self.base_commit, cwd=self.task.workdir, exclude=tuple(self.task.test_files),
                                  git_dir=BASE_GIT_DIR, max_bytes=max_bytes)

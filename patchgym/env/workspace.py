@@ -7,7 +7,7 @@ removed, so neither history nor disk reveals the fix or the tests it will be gra
 import shlex
 
 from patchgym.sandbox import Sandbox, SandboxError
-from patchgym.tasks import Task, TaskError
+from patchgym.tasks.task import Task, TaskError
 
 # The starting commit, copied out of the workspace where the agent's commands (another user) can neither read nor
 # write: an agent that deletes or rewrites the workspace's .git still has its change diffed against the state it

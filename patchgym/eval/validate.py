@@ -23,7 +23,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from patchgym.env.grading.grade import Grade
-from patchgym.env.grading.grader import PASSING, grade_patch
+from patchgym.env.grading.grader import grade_patch
+from patchgym.env.grading.parsers import PASSING
 from patchgym.files import append_line, drop_cut_line, read_jsonl, write_atomic
 from patchgym.sandbox import SandboxConfig
 from patchgym.tasks import Task

@@ -29,6 +29,7 @@ from patchgym.agent.loop import engine_generate, open_env
 from patchgym.agent.trajectory import Trajectory
 from patchgym.agent.trajectory_id import TrajectoryId
 from patchgym.env.base import Env
+from patchgym.env.grading.families import family_of
 from patchgym.env.grading.grade import Grade
 from patchgym.env.grading.grader import grade_patch
 from patchgym.inference import Generation, SamplingParams
@@ -159,7 +160,8 @@ class RolloutEngine:
             self._refresh()
             try:
                 trajectory = await self.agent.play(task, env, self._generate, partial)
-                if task.harbor is not None and self.grade and trajectory.termination not in ("infra_error", *UNGRADED):
+                if self.grade and family_of(task).in_place and trajectory.termination not in ("infra_error",
+                                                                                               *UNGRADED):
                     await self._verify_in_place(task, env, trajectory)
                 return trajectory
             except Exception as exc:  # noqa: BLE001 - an engine that raised is an infrastructure error
@@ -171,7 +173,8 @@ class RolloutEngine:
                 self.stats.sandboxes_in_use -= 1
 
     async def _verify_in_place(self, task: Task, env: Env, trajectory: Trajectory) -> None:
-        """A Harbor task's grade, from its verifier in the episode's own sandbox (the env's `verify`)."""
+        """The grade of a task whose family grades in place (Harbor: its verifier), from the episode's own sandbox
+        (the env's `verify`)."""
         try:
             grade = await asyncio.to_thread(env.verify, self.config.resolved_reward)
         except SandboxError as exc:
@@ -183,7 +186,7 @@ class RolloutEngine:
 
     async def _grade(self, task: Task, trajectory: Trajectory, pools: PoolSet) -> None:
         """Grade the final patch in a fresh sandbox; a grading sandbox that keeps dying makes it an infra error."""
-        if task.harbor is not None:
+        if family_of(task).in_place:
             return  # graded in its own sandbox as the episode ended
         if not trajectory.patch.strip() and not self.config.grade_empty_patches:
             trajectory.grade = Grade(instance_id=task.instance_id, error="empty_patch")

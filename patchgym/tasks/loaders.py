@@ -14,9 +14,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from patchgym.env.grading.r2egym_log import decolor, parse_r2egym
 from patchgym.tasks.decontaminate import exclude_repos
 from patchgym.tasks.diffs import reverse_patch
-from patchgym.tasks.r2egym_log import decolor, parse_r2egym
 from patchgym.tasks.specs import derive_specs
 from patchgym.tasks.task import Task, TaskError, read_tasks
 

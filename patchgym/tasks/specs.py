@@ -9,7 +9,7 @@ dataset's own harness derives it.
   language; the script is SWE-smith's eval.sh with the checkout its harness does first (see smith_eval_script). The
   agent's sandbox must start on the instance's branch (`git checkout <instance_id>`), as SWE-smith's harness does
   before anything else. The Python profiles' default parser is ported ("swesmith"); every other profile's parser
-  runs in that venv when a log is graded ("swesmith-profile", env/grading/smith_harness.py).
+  runs in that venv when a log is graded (the "swesmith-profile" grading family).
 - r2egym: the image's run_tests.sh over /r2e_tests, as R2E-Gym's DockerRuntime runs it.
 Every script prints SWE-bench's `>>>>> Start/End Test Output` markers around the test command's output and the
 command's exit code after the end marker, so the grader can slice any family's log the same way.
@@ -17,14 +17,11 @@ command's exit code after the end marker, so the grader can slice any family's l
 
 import shlex
 
-from patchgym.tasks import harness_venv
+from patchgym.env.grading import harness_venv
 from patchgym.tasks.task import TaskError
 
 START, END = ">>>>> Start Test Output", ">>>>> End Test Output"
 EXIT_CODE, EXIT_CODE_VAR = ">>>>> Test Exit Code", "SWEBENCH_TEST_EXIT_CODE"  # swebench 5's constants
-# Parsers the loaders may name besides swebench's PARSER_REGISTRY names; parsers.py registers each one.
-FAMILY_PARSERS = ("r2egym", "swesmith")
-SMITH_PROFILE_PARSER = "swesmith-profile"  # the row's swesmith profile parses its log, in the harness venv
 SMITH_REMOVAL = "Remove F2P Tests"  # the subject of the commit SWE-smith adds to a branch to hide the F2P test files
 R2E_HIDDEN = ("/r2e_tests", "/testbed/run_tests.sh")  # R2E-Gym moves both out of the agent's reach (SKIP_FILES_NEW)
 
@@ -57,7 +54,7 @@ def v5_spec(row: dict) -> Spec:
     if not any(END in line for line in spec.eval_script_list):
         raise TaskError(f"field eval_script: no {END!r} marker, so its test output cannot be found in the log")
     return dict(image=spec.image, eval_script=spec.eval_script, log_parser=spec.log_parser,
-                eval_type=spec.eval_type)
+                eval_type=spec.eval_type, grading="swebench")
 
 
 def smith_eval_script(instance_id: str, test_cmd: str, test_files: list[str]) -> str:
@@ -108,7 +105,7 @@ def derive_specs(fmt: str, rows: list[dict]) -> list[Spec | TaskError]:
         return [_guard(v5_spec, row) for row in rows]
     if fmt == "r2egym":
         return [dict(eval_script=r2e_eval_script(), hidden_paths=list(R2E_HIDDEN), log_parser="r2egym",
-                     eval_type="pass_and_fail") for _ in rows]
+                     grading="harness", eval_type="pass_and_fail") for _ in rows]
     if fmt in ("swebench-classic", "swegym", "rebench"):
         return _via_classic_harness(fmt, rows)
     if fmt == "smith":
@@ -159,7 +156,7 @@ def _via_swesmith(rows: list[dict]) -> list[Spec | TaskError]:
         image = row.get("image") or ""  # the converted fields: image_name is `image` here
         results.append(dict(eval_script=smith_eval_script(row["instance_id"], spec["test_cmd"], spec["test_files"]),
                             image=image if "/" in image else spec["image"], log_parser=spec["parser"],
-                            eval_type="pass_and_fail"))
+                            grading=spec["grading"], eval_type="pass_and_fail"))
     return results
 
 

@@ -18,7 +18,7 @@ class TaskError(UserError, ValueError):
 class HarborSpec(BaseModel):
     """What a Harbor task folder adds to a task: its verifier and oracle (each a tar.gz, base64, so a row holds all
     it needs on any worker), and the limits of its task.toml. Such a task is graded in the agent's own sandbox after
-    the episode (patchgym.env.grading.harbor_verifier), not by a patch in a fresh one."""
+    the episode (patchgym.env.grading.families.harbor), not by a patch in a fresh one."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -67,6 +67,9 @@ class Task(BaseModel):
     test_cmd: str = Field("", description="command that runs the tests; '' = eval_script or the parser's default")
     eval_script: str = ""
     log_parser: str = "pytest"
+    grading: str = Field("", description="the grading family that grades it (patchgym.env.grading.family): "
+                         "pytest-report, tape-report, log, swebench, harness, swesmith-profile or harbor; '' = the "
+                         "one its log_parser, source and harbor imply")
     eval_type: str = Field("", description="SWE-bench v5: pass_and_fail or fail_only; '' = pass_and_fail")
     hidden_paths: list[str] = Field(default_factory=list, description="image paths only the grader may see; "
                                     "removed from the agent's sandbox before its first step (R2E-Gym: /r2e_tests)")

@@ -18,7 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from patchgym.env.grading import report
-from patchgym.env.grading.grader import PASSING, REPORT_PARSER, grader_owns
+from patchgym.env.grading.families import family_of
+from patchgym.env.grading.owned import grader_owns
+from patchgym.env.grading.parsers import PASSING
 from patchgym.env.workspace import PatchApplyError, apply_patch, prepare_workspace
 from patchgym.sandbox import Sandbox, SandboxConfig, SandboxError
 from patchgym.sandbox.pool import PoolSet
@@ -179,7 +181,7 @@ def _candidate(task: Task, patch: str, files: list[str], tests: list[str], confi
         wd = task.workdir
         # Factory tasks run as the grader runs them: autoload off, only the plugins installed before the patch.
         # Imported rows keep autoload on, as their own harness runs their (possibly old) pytest.
-        plugins = report.installed_plugins(sandbox, wd) if task.log_parser == REPORT_PARSER else None
+        plugins = family_of(task).plugins_before_patch(sandbox, task)
         _commit_hidden_owned(sandbox, task)
         try:
             apply_patch(sandbox, patch, wd, "candidate")

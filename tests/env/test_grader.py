@@ -2,7 +2,8 @@
 
 import pytest
 
-from patchgym.env.grading.grader import CONFIG_NAMES, grade_patch, grader_owns
+from patchgym.env.grading.grader import grade_patch
+from patchgym.env.grading.owned import CONFIG_NAMES, grader_owns
 from patchgym.sandbox import SandboxConfig, open_sandbox
 
 

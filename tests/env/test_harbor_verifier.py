@@ -2,7 +2,7 @@
 
 import pytest
 
-from patchgym.env.grading.harbor_verifier import RewardMissing, parse_reward_json, parse_reward_txt
+from patchgym.env.grading.families.harbor import RewardMissing, parse_reward_json, parse_reward_txt
 from patchgym.env.swe_env import harbor_limits
 from patchgym.tasks import Task
 from patchgym.tasks.task import HarborSpec

@@ -20,8 +20,8 @@ import json
 import shutil
 from pathlib import Path
 
+from patchgym.env.grading import harness_venv
 from patchgym.sandbox import images as patchgym_images
-from patchgym.tasks import harness_venv
 from tests.replicas import images, npm
 from tests.replicas.images import HEREDOC
 from tests.replicas.project import cache_dir, git

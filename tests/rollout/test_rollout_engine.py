@@ -96,7 +96,7 @@ class WritesABigFile(ScriptedAgent):
 
 def test_a_patch_over_max_patch_bytes_is_patch_too_large_and_never_graded(sandbox_config, tiny_task, tmp_path,
                                                                            monkeypatch):
-    from patchgym.env.grading.grader import Grade
+    from patchgym.env.grading.grade import Grade
     from patchgym.rollout import engine as rollout_engine
 
     graded = []

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from patchgym.tasks import harness_venv
+from patchgym.env.grading import harness_venv
 
 
 @pytest.fixture(scope="session")

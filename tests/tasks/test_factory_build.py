@@ -10,7 +10,8 @@ from patchgym.env.grading import report
 from patchgym.sandbox import SandboxConfig, open_sandbox
 from patchgym.tasks import read_tasks
 from patchgym.tasks.factory.build import build_tasks
-from patchgym.tasks.factory.sources import WORKDIR, load_recipes
+from patchgym.tasks.factory.pypi.sources import load_recipes
+from patchgym.tasks.factory.sources import WORKDIR
 
 PACKAGES = ["cachetools", "isodate"]  # the CI set of tests/conftest.py
 PER_PACKAGE = 3

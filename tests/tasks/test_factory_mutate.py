@@ -8,9 +8,10 @@ import textwrap
 import pytest
 
 from patchgym.tasks.factory.diffs import file_diff, new_file_diff
-from patchgym.tasks.factory.mutate import STRATEGIES, compiles, find_mutations, order_mutations
-from patchgym.tasks.factory.sources import Recipe, load_recipes
-from patchgym.tasks.factory.statements import code_leading_to, failure_evidence, write_statement
+from patchgym.tasks.factory.mutate import order_mutations
+from patchgym.tasks.factory.pypi.mutate import STRATEGIES, compiles, find_mutations
+from patchgym.tasks.factory.pypi.sources import PypiRecipe, load_recipes
+from patchgym.tasks.factory.pypi.statements import code_leading_to, failure_evidence, write_statement
 
 SOURCE = textwrap.dedent('''\
     """A module."""
@@ -124,9 +125,9 @@ def test_non_ascii_source_keeps_offsets_right():
 
 def test_order_is_fixed_by_the_seed_and_interleaves_strategies():
     found = find_mutations("pkg/mod.py", SOURCE)
-    first = order_mutations(found, 7)
-    assert first == order_mutations(found, 7)
-    assert first != order_mutations(found, 8)
+    first = order_mutations(found, 7, STRATEGIES)
+    assert first == order_mutations(found, 7, STRATEGIES)
+    assert first != order_mutations(found, 8, STRATEGIES)
     assert sorted(first, key=repr) == sorted(found, key=repr)
     assert len({m.strategy for m in first[: len(STRATEGIES)]}) == len(STRATEGIES)
 
@@ -179,23 +180,24 @@ E   see /testbed/src/pkg/mod.py line 22
 
 def test_failure_evidence_takes_the_test_line_and_error_lines():
     ev = failure_evidence(PYTEST_OUTPUT, "tests/test_clamp.py::TestClamp::test_clamp_low[3]",
-                          Recipe.is_test_file, hidden=("src/pkg/mod.py",))
+                          PypiRecipe.is_test_file, hidden=("src/pkg/mod.py",))
     assert ev == {"call": "assert clamp(1, 3, 9) == 3", "error": ["assert 1 == 3", " +  where 1 = clamp(1, 3, 9)"],
                   "where": ["tests/test_clamp.py", 8]}
-    statement = write_statement("pkg", "1.0", ev, "pkg-1.0.flip_compare.abcd1234")
+    statement = write_statement(package="pkg", version="1.0", evidence=ev, seed="pkg-1.0.flip_compare.abcd1234")
     assert "`clamp(1, 3, 9)` to be `3`, but it is `1`" in statement
 
 
 def test_statement_never_shows_the_test_or_the_bug_location():
     output = PYTEST_OUTPUT.replace("TestClamp.test_clamp_low[3]", "test_first")  # the section to read is the first
     output = output[output.index("_________________________________ test_other"):]
-    ev = failure_evidence(output, "tests/test_clamp.py::test_other", Recipe.is_test_file,
+    ev = failure_evidence(output, "tests/test_clamp.py::test_other", PypiRecipe.is_test_file,
                           hidden=("src/pkg/mod.py",))
     assert ev["call"] == "x = pick([1, 2], None)"
     assert ev["error"] == ["TypeError: unsupported thing <pkg.Obj object at 0x...>"]
-    statements = {write_statement("pkg", "1.0", ev, f"id-{i}") for i in range(12)}
+    statements = {write_statement(package="pkg", version="1.0", evidence=ev, seed=f"id-{i}") for i in range(12)}
     assert len(statements) > 3, "phrasings vary with the task"
-    assert write_statement("pkg", "1.0", ev, "id-1") == write_statement("pkg", "1.0", ev, "id-1")
+    same = {"package": "pkg", "version": "1.0", "evidence": ev, "seed": "id-1"}
+    assert write_statement(**same) == write_statement(**same)
     for statement in statements:
         for banned in ("test_other", "test_clamp", "tests/", "mod.py", ":22", "/testbed", "return label"):
             assert banned not in statement
@@ -207,22 +209,22 @@ def test_evidence_of_a_long_test_name_with_locals_shown():
               "tests/test_s.py:23: in test_contains\n    assert spec.contains(version) == expected\n"
               "E   AssertionError: assert False == True\n        expected   = True\n"
               "==== short test summary info ====\n")
-    ev = failure_evidence(output, "tests/test_s.py::TestSet::test_contains[>=0.9,!=0.9-True]", Recipe.is_test_file)
+    ev = failure_evidence(output, "tests/test_s.py::TestSet::test_contains[>=0.9,!=0.9-True]", PypiRecipe.is_test_file)
     assert ev["error"] == ["AssertionError: assert False == True"] and ev["where"] == ["tests/test_s.py", 23]
 
 
 def test_evidence_is_none_when_every_error_line_names_the_test():
     output = ("____ test_a ____\ntests/test_m.py:3: in test_a\n    helper()\n"
               "E   AssertionError: test_a failed\n==== end ====\n")
-    assert failure_evidence(output, "tests/test_m.py::test_a", Recipe.is_test_file) is None
+    assert failure_evidence(output, "tests/test_m.py::test_a", PypiRecipe.is_test_file) is None
 
 
 def test_recipes_load_and_describe_their_commands(tmp_path):
     recipes = load_recipes()
     assert len(recipes) >= 10
     assert all(r.version and r.timeout > 0 for r in recipes.values())
-    recipe = Recipe(name="demo", version="1.0", src="src", packages=["src/demo"], exclude=["src/demo/_data.py"],
-                    tests=["tests"], pytest_args=["-o", "addopts="])
+    recipe = PypiRecipe(name="demo", version="1.0", src="src", packages=["src/demo"], exclude=["src/demo/_data.py"],
+                        tests=["tests"], pytest_args=["-o", "addopts="])
     assert recipe.test_cmd() == "pytest -p no:cacheprovider --rootdir=/testbed --continue-on-collection-errors " \
                                 "-o addopts= tests"
     assert recipe.test_cmd(["tests/test_a.py::test_x[a b]"]).endswith("'tests/test_a.py::test_x[a b]'")

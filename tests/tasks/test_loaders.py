@@ -142,7 +142,7 @@ def r2e_row() -> dict:
 
 ROWS = {"swebench": v5_row, "swebench-classic": swebench_row, "swegym": swegym_row_in_table, "r2egym": r2e_row,
         "smith": smith_row, "rebench": rebench_row}
-SPEC_FIELDS = {"image", "eval_script", "log_parser", "eval_type", "hidden_paths"}
+SPEC_FIELDS = {"image", "eval_script", "log_parser", "eval_type", "hidden_paths", "grading"}
 
 
 def write_jsonl(path, rows: list) -> str:

@@ -10,7 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from patchgym.cli import app
-from patchgym.tasks import harness_venv, read_tasks
+from patchgym.env.grading import harness_venv
+from patchgym.tasks import read_tasks
 from tests.replicas.grading import gold_empty_and_wrong
 
 pytestmark = pytest.mark.parametrize("backend", ["docker"], indirect=True)

@@ -1,6 +1,6 @@
 """Log parsers of the non-SWE-bench harnesses, rule for rule, registered under the names the task loaders give.
 
-- r2egym: R2E-Gym's execution_log_parser.parse_log_pytest, which lives in patchgym/tasks/r2egym_log.py because the
+- r2egym: R2E-Gym's execution_log_parser.parse_log_pytest, which lives in patchgym/env/grading/r2egym_log.py because the
   task loader reads the old commit's log with it too.
 - swesmith: SWE-smith's PythonProfile.log_parser (swesmith/profiles/python.py), ported because swesmith cannot be
   imported next to swebench 5 (its profiles import swebench 4's harness.dockerfiles). It reads pytest `--verbose`
@@ -10,7 +10,7 @@
 import re
 
 from patchgym.env.grading.parsers import STATUSES, register_parser
-from patchgym.tasks.r2egym_log import parse_r2egym
+from patchgym.env.grading.r2egym_log import parse_r2egym
 
 register_parser("r2egym")(parse_r2egym)
 
@@ -31,3 +31,6 @@ def parse_swesmith(log: str) -> dict[str, str]:
             if match:
                 statuses[match.group(1)] = status
     return statuses
+
+
+parse_swesmith.reads_verbose_lines = True  # what pytest's report is written as, for this parser to read back

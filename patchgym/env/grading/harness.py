@@ -14,7 +14,7 @@ import re
 import shlex
 
 from patchgym.env.grading import parsers
-from patchgym.tasks import Task, TaskError
+from patchgym.tasks.task import Task, TaskError
 
 START, END = ">>>>> Start Test Output", ">>>>> End Test Output"
 TEST_EXIT_CODE = re.compile(r">>>>> Test Exit Code:\s*(-?\d+)")
@@ -139,7 +139,7 @@ def harness_resolved(task: Task, statuses: dict[str, str]) -> bool:
 def as_logged(task: Task, report: dict[str, str]) -> dict[str, str]:
     """pytest's structured report under the ids the row's log parser gives (its renaming rules and quirks): each
     result written as a short-summary line and read back by that parser."""
-    if task.log_parser == "swesmith":  # `pytest --verbose` lines
+    if getattr(parsers.PARSERS.get(task.log_parser), "reads_verbose_lines", False):  # `pytest --verbose` lines
         lines = [f"{nodeid} {status}" for nodeid, status in report.items()]
     else:  # `pytest -rA`'s short summary, which R2E-Gym's parser reads only after its header
         lines = ["=== short test summary info ===", *(f"{status} {nodeid}" for nodeid, status in report.items())]

@@ -11,6 +11,7 @@ from patchgym.registry import Registry
 
 PASSED, FAILED, SKIPPED, ERROR, XFAIL = "PASSED", "FAILED", "SKIPPED", "ERROR", "XFAIL"
 STATUSES = (PASSED, FAILED, SKIPPED, ERROR, XFAIL)
+PASSING = (PASSED, XFAIL)  # as in SWE-bench: an expected failure counts as passed
 
 Parser = Callable[[str], dict[str, str]]
 PARSERS: Registry[Parser] = Registry("log parser")

@@ -1,13 +1,13 @@
 """A test log graded exactly as SWE-smith grades it, for rows whose repo profile parses logs its own way.
 
 swesmith cannot be imported next to swebench 5, so its code runs in the classic harness venv
-(tasks/harness_venv.py): read_test_output slices the marked section, the row's profile's own log_parser reads it
+(env/grading/harness_venv.py): read_test_output slices the marked section, the row's profile's own log_parser reads it
 (mocha, jest, vitest, go test, cargo, ...), and get_eval_report gives the verdict: one request per log to the
 process's long-lived worker. The Python profiles' default parser is ported in family_parsers.py instead.
 """
 
+from patchgym.env.grading import harness_venv
 from patchgym.errors import UserError
-from patchgym.tasks import harness_venv
 from patchgym.tasks.task import Task
 
 

@@ -12,7 +12,6 @@ from patchgym.env.grading.report import SIDE_CHANNEL_FD, neutral_name
 from patchgym.errors import UserError
 from patchgym.sandbox import Sandbox
 
-TAPE_PARSER = "patchgym_tape"
 REPORTER_SOURCE = (Path(__file__).parent / "tape_report.js").read_text()
 _OLD_REPORTER = "/opt/patchgym/grader/patchgym_tape.js"  # rows built before the side channel name it and a report
 

@@ -9,6 +9,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from patchgym.files import write_atomic
 from patchgym.sandbox import Sandbox, SandboxConfig, open_sandbox
 from patchgym.tasks.factory.sources import SourceError
 
@@ -119,4 +120,4 @@ def check_hidden(image, protected: Protected, workdir: str, what: str, config: S
         raise SourceError(f"{what}: its image lets the agent read what a task hides: {shown}{more}")
     if cache is not None:
         cache.parent.mkdir(parents=True, exist_ok=True)
-        cache.write_text(json.dumps({"clean": key}) + "\n")
+        write_atomic(cache, json.dumps({"clean": key}) + "\n")

@@ -17,7 +17,10 @@ import re
 import shlex
 from pathlib import Path
 
-from patchgym.env.grading import grader, report
+from patchgym.env.grading import owned, report, steps
+from patchgym.env.grading.families import family_of
+from patchgym.env.grading.families.harbor import HarborVerifier
+from patchgym.env.grading.families.pytest_report import PytestReport
 from patchgym.env.workspace import BASE_GIT_DIR, apply_patch, check_out_start
 from patchgym.sandbox import SandboxConfig, open_sandbox
 from patchgym.sandbox.images import base_recipe
@@ -37,13 +40,14 @@ def export_harbor(tasks: list[Task], out: Path, sandbox: SandboxConfig, *, verif
     folders = []
     for task in tasks:
         folder = out / re.sub(r"[^\w.-]", "_", task.instance_id)
-        if task.harbor is not None:
+        family = family_of(task)
+        if isinstance(family, HarborVerifier):
             write_back(task, folder)
-        elif task.log_parser == grader.REPORT_PARSER:
+        elif isinstance(family, PytestReport):
             write_factory(task, folder, sandbox, verifier_timeout_s, agent_timeout_s)
         else:
-            raise HarborTaskError(f"task {task.instance_id}: only factory tasks (graded from pytest's report) and "
-                                  f"Harbor tasks export yet; its verdict needs the {task.log_parser!r} log parser")
+            raise HarborTaskError(f"task {task.instance_id}: only factory tasks of Python (graded from pytest's "
+                                  f"report) and Harbor tasks export yet; its grading family is {family.name!r}")
         folders.append(folder)
     return folders
 
@@ -61,8 +65,8 @@ def write_factory(task: Task, folder: Path, sandbox: SandboxConfig, verifier_tim
     spec = {"workdir": task.workdir, "base_git_dir": BASE_GIT_DIR, "FAIL_TO_PASS": task.FAIL_TO_PASS,
             "PASS_TO_PASS": task.PASS_TO_PASS,
             "command": report.pytest_command(task.test_cmd, PLUGIN, None),
-            "owned": {"files": task.test_files, "names": sorted(grader.CONFIG_NAMES),
-                      "patterns": [grader.TEST_PATH.pattern, "(?i)" + grader.METADATA_PATH.pattern]}}
+            "owned": {"files": task.test_files, "names": sorted(owned.CONFIG_NAMES),
+                      "patterns": [owned.TEST_PATH.pattern, "(?i)" + owned.METADATA_PATH.pattern]}}
     _write(tests / "task.json", json.dumps(spec, indent=1))
     _write(tests / "test.sh", "#!/bin/bash\n# The hidden tests, graded from pytest's own report (tests/verify.py): "
                               "writes /logs/verifier/reward.txt.\nexec python3 /tests/verify.py\n", mode=0o755)
@@ -107,7 +111,7 @@ def hidden_files(task: Task, sandbox: SandboxConfig) -> dict[str, bytes]:
     with open_sandbox(sandbox.model_copy(update={"workdir": task.workdir}), image=task.image or None) as box:
         check_out_start(box, task)
         apply_patch(box, task.bug_patch, task.workdir, "bug")
-        created = grader._CREATED.findall(task.test_patch)
+        created = steps.CREATED_FILE.findall(task.test_patch)
         if created:
             box.exec(["rm", "-f", "--", *created], cwd=task.workdir)
         apply_patch(box, task.test_patch, task.workdir, "tests")

@@ -7,7 +7,7 @@ import secrets
 
 from patchgym.env.grading.canaries import Canary, javascript, python
 from patchgym.sandbox import Sandbox
-from patchgym.tasks import Task
+from patchgym.tasks.task import Task
 
 # Tests of FAIL_TO_PASS copied per grade (a twin, an inverse and a mismatch each), and PASS_TO_PASS tests of the same
 # files given an inverse and a mismatch: enough to catch forgery, cheap enough that a grade costs little more than the

@@ -2,13 +2,12 @@
 parser (never regular expressions), as a text edit of that node's span only; a mutant that no longer parses is
 dropped before anything runs."""
 
-import hashlib
 from collections.abc import Iterator
 
 import tree_sitter
 import tree_sitter_javascript
 
-from patchgym.tasks.factory.mutate import Mutation
+from patchgym.tasks.factory.mutate import Mutation, site_choice
 
 STRATEGIES = ("flip_compare", "flip_bool", "off_by_one", "swap_logic", "invert_if", "drop_not", "change_return")
 _FLIPS = {"===": ("!==",), "!==": ("===",), "==": ("!=",), "!=": ("==",), "<": ("<=", ">="), "<=": ("<", ">"),
@@ -20,11 +19,6 @@ _PARSER = tree_sitter.Parser(tree_sitter.Language(tree_sitter_javascript.languag
 def parses(text: str, path: str = "") -> bool:
     """Whether `text` is JavaScript tree-sitter reads without an error node."""
     return not _PARSER.parse(text.encode()).root_node.has_error
-
-
-def _pick(key: str, options):
-    """A choice fixed by the site (not the seed), so a site always gives the same bug."""
-    return options[int(hashlib.sha1(key.encode()).hexdigest(), 16) % len(options)]
 
 
 def find_mutations(path: str, text: str) -> list[Mutation]:
@@ -69,7 +63,7 @@ def _sites(node, edit, path: str) -> Iterator[Mutation]:
         operator = node.child_by_field_name("operator")
         op = operator.type if operator is not None else ""
         if op in _FLIPS:
-            yield edit("flip_compare", operator, _pick(f"{path}:{operator.start_byte}", _FLIPS[op]))
+            yield edit("flip_compare", operator, site_choice(f"{path}:{operator.start_byte}", _FLIPS[op]))
         elif op in _LOGIC:
             yield edit("swap_logic", operator, _LOGIC[op])
     elif kind in ("true", "false"):
@@ -77,7 +71,7 @@ def _sites(node, edit, path: str) -> Iterator[Mutation]:
     elif kind == "number":
         text = node.text.decode()
         if text.isdigit() and int(text) < 1000:
-            yield edit("off_by_one", node, str(int(text) + _pick(f"{path}:{node.start_byte}", (1, -1)))
+            yield edit("off_by_one", node, str(int(text) + site_choice(f"{path}:{node.start_byte}", (1, -1)))
                        if text != "0" else "1")
     elif kind == "if_statement":
         condition = node.child_by_field_name("condition")

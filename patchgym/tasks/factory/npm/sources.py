@@ -9,13 +9,12 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from patchgym.files import file_lock
 from patchgym.paths import store_dir
 from patchgym.sandbox import images
-from patchgym.tasks.factory.sources import WORKDIR, SourceError
+from patchgym.tasks.factory.sources import WORKDIR, SourceError, files_named, read_recipes
 
 RECIPES_FILE = Path(__file__).with_name("recipes.yaml")
 MODULES_DIR = "/node_modules"  # Node looks here after /testbed/node_modules: outside the workspace, root's
@@ -49,21 +48,14 @@ class NpmRecipe(BaseModel):
         return path.startswith(("test/", "tests/")) or "/test/" in path
 
     def source_files(self, tree: Path) -> dict[str, str]:
-        files = {}
-        for entry in self.sources:
-            root = tree / entry
-            if not root.exists():
-                raise SourceError(f"{self.key}: recipe names {entry!r}, which the tarball does not have")
-            for path in [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.suffix in _JS):
-                rel = path.relative_to(tree).as_posix()
-                if not self.is_test_file(rel) and "node_modules/" not in rel:
-                    files[rel] = path.read_text(encoding="utf-8")
-        return files
+        """The files mutations may touch: .js, .cjs and .mjs files of `sources`, minus tests and node_modules."""
+        return {rel: (tree / rel).read_text(encoding="utf-8")
+                for rel in files_named(tree, self.sources, _JS, self.key, "tarball")
+                if not self.is_test_file(rel) and "node_modules/" not in rel}
 
 
 def load_npm_recipes(path: Path = RECIPES_FILE) -> dict[str, NpmRecipe]:
-    raw = yaml.safe_load(Path(path).read_text()) or {}
-    return {name: NpmRecipe(name=name, **fields) for name, fields in raw.items()}
+    return read_recipes(path, NpmRecipe)
 
 
 def _npm(args: list[str], cwd: Path, what: str) -> None:

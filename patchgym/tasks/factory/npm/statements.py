@@ -3,7 +3,7 @@ the code that fails and the wrong value or error, never the test's name or file,
 
 import re
 
-from patchgym.tasks.factory.statements import _CALL_INTROS, _CLOSINGS, _OPENINGS, _pick
+from patchgym.tasks.factory.statements import bug_report, showing_code
 
 _TEST_HEADER = re.compile(r"^# (.*)$")
 _NOT_OK = re.compile(r"^not ok \d+ (.*)$")
@@ -67,16 +67,12 @@ def code_leading_to(source: str, line: int) -> str:
     return "\n".join(t[indent:] for t in chosen).strip("\n")
 
 
-def write_statement(package: str, version: str, failure: dict, code: str, seed: str) -> str:
-    """The statement for one bug; `seed` (the task's id) picks the phrasing."""
-    parts = [_pick(_OPENINGS, seed, "open").format(package=package, version=version),
-             f"{_pick(_CALL_INTROS, seed, 'intro')}\n\n```js\n{code}\n```"]
-    expected, actual = failure.get("expected", "")[:MAX_VALUE], failure.get("actual", "")[:MAX_VALUE]
-    if failure.get("operator") == "error" or not expected:
-        parts.append(f"fails with:\n\n```\n{actual or expected}\n```")
+def write_statement(*, package: str, version: str, evidence: dict, seed: str, code: str = "") -> str:
+    """The statement for one bug: `code` (from `code_leading_to`) and the failed assertion of `evidence` (its
+    operator, expected and actual values); `seed` (the task's id) picks the phrasing."""
+    expected, actual = evidence.get("expected", "")[:MAX_VALUE], evidence.get("actual", "")[:MAX_VALUE]
+    if evidence.get("operator") == "error" or not expected:
+        outcome = f"fails with:\n\n```\n{actual or expected}\n```"
     else:
-        parts.append(f"gives\n\n```\n{actual}\n```\n\nbut I expected\n\n```\n{expected}\n```")
-    closing = _pick(_CLOSINGS, seed, "close")
-    if closing:
-        parts.append(closing)
-    return "\n\n".join(parts) + "\n"
+        outcome = f"gives\n\n```\n{actual}\n```\n\nbut I expected\n\n```\n{expected}\n```"
+    return bug_report(package, version, seed, [showing_code(code, "js", seed), outcome])

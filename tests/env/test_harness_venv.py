@@ -4,7 +4,7 @@ one row to the next, replaced when it dies. (The real venv and worker; each test
 import os
 import signal
 
-from patchgym.tasks import harness_venv
+from patchgym.env.grading import harness_venv
 from patchgym.tasks.specs import classic_row
 from tests.tasks.test_loaders import swebench_row
 

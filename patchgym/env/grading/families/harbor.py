@@ -1,5 +1,5 @@
-"""The grade of a Harbor task: its own verifier, run in the agent's sandbox after the episode, as Harbor's shared
-mode runs it.
+"""The `harbor` family: a Harbor task's own verifier, run in the agent's sandbox as the episode ends (in place, not a
+patch in a fresh sandbox), as Harbor's shared mode runs it.
 
     empty /tests and /logs/verifier (nothing the agent left there counts: no reward, helper or report it planted)
     -> upload the task's tests/ to /tests -> `bash /tests/test.sh` from the working directory, as the verifier's
@@ -17,13 +17,27 @@ import json
 import math
 import shlex
 
+from patchgym.env.grading.family import GradingFamily, Guarantees, register_family
 from patchgym.env.grading.grade import Grade
 from patchgym.sandbox import Sandbox
-from patchgym.tasks import Task
+from patchgym.tasks.task import Task
 
 TESTS_DIR, VERIFIER_LOGS = "/tests", "/logs/verifier"
 ARCHIVE = "/var/lib/patchgym/harbor-tests.tar.gz"  # root's, outside /tests, removed once unpacked
 LOG_LIMIT = 4 << 20
+
+
+@register_family
+class HarborVerifier(GradingFamily):
+    name = "harbor"
+    in_place = True
+    # What the agent leaves in /tests and /logs/verifier is emptied before the verifier runs; the verifier's tests
+    # reach the sandbox only then.
+    guarantees = Guarantees(report_channel=False, hidden_tests=True, restores_owned_files=False, tamper_checks=False,
+                            fixed_plugins=False)
+
+    def verify(self, sandbox: Sandbox, task: Task, *, threshold: float = 1.0) -> Grade:
+        return verify(sandbox, task, threshold=threshold)
 
 
 def verify(sandbox: Sandbox, task: Task, *, threshold: float = 1.0) -> Grade:

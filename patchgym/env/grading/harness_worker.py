@@ -87,7 +87,8 @@ def smith_spec(row: dict) -> dict:
         raise Refused(f"profile {type(profile).__name__} cannot list its test files offline "
                       f"({type(exc).__name__}: {str(exc)[:200]})") from None
     return {"test_cmd": test_cmd, "test_files": sorted(set(f2p_files + p2p_files)), "image": profile.image_name,
-            "timeout": profile.timeout, "parser": "swesmith" if ported else "swesmith-profile"}
+            "timeout": profile.timeout, "parser": "swesmith" if ported else "swesmith-profile",
+            "grading": "harness" if ported else "swesmith-profile"}
 
 
 def smith_grade(row: dict) -> dict:
