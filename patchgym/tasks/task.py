@@ -1,6 +1,5 @@
 """The task record: a superset of SWE-bench v5 rows, plus the task factory's fields; JSONL in and out."""
 
-import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -8,7 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from pydantic_core import PydanticCustomError
 
 from patchgym.errors import UserError
-from patchgym.files import read_text
+from patchgym.files import read_text, write_atomic
 
 
 class TaskError(UserError, ValueError):
@@ -115,9 +114,4 @@ def read_tasks(path: str | Path) -> list[Task]:
 
 def write_tasks(tasks: Iterable[Task], path: str | Path) -> None:
     """Write tasks as JSONL atomically (a crash never leaves half a file)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        for task in tasks:
-            f.write(task.model_dump_json(exclude_defaults=False) + "\n")
-    os.replace(tmp, path)
+    write_atomic(path, "".join(task.model_dump_json(exclude_defaults=False) + "\n" for task in tasks))
