@@ -9,13 +9,17 @@ from pathlib import Path
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 from typer.core import TyperGroup
 
 from patchgym.config import Config, load_config
 from patchgym.errors import UserError
 from patchgym.files import read_json_object, read_text
 
-console = Console()
+# markup=False: what patchgym prints quotes task.toml keys ([environment]) and test ids (t[a]), which must print
+# as they are, not as style tags; colour goes through style=.
+console = Console(markup=False)
+err_console = Console(markup=False, stderr=True)
 
 
 class UserErrorsExit2(TyperGroup):
@@ -25,8 +29,7 @@ class UserErrorsExit2(TyperGroup):
         try:
             return super().invoke(ctx)
         except UserError as exc:
-            # markup=False: a message quoting a value like [a] must print as is, not as a style tag.
-            console.print(str(exc), style="red", markup=False, soft_wrap=True)
+            console.print(str(exc), style="red", soft_wrap=True)
             raise typer.Exit(2) from None
 
 
@@ -77,14 +80,15 @@ def doctor(files: list[Path] = ConfigFiles, overrides: list[str] = Overrides,
         for column in ("check", "status", "found", "fix"):
             table.add_column(column)
         for c in checks:
-            status = "[green]ok[/green]" if c.ok else ("[red]MISSING[/red]" if c.required else "[yellow]warn[/yellow]")
+            status = (Text("ok", style="green") if c.ok else Text("MISSING", style="red") if c.required
+                      else Text("warn", style="yellow"))
             table.add_row(c.name, status, c.detail, "" if c.ok else c.fix)
         console.print(table)
     for c in checks:
         if not c.ok and not as_json:
             console.print(f"fix for {c.name}: {c.fix}", soft_wrap=True)
     if failed:
-        console.print(f"[red]{len(failed)} required check(s) failed: {', '.join(c.name for c in failed)}[/red]")
+        console.print(f"{len(failed)} required check(s) failed: {', '.join(c.name for c in failed)}", style="red")
         raise typer.Exit(1)
 
 
@@ -130,7 +134,7 @@ def images_pull(tasks: Path = typer.Option(..., help="tasks JSONL whose images t
     console.print(disk.line() + (f"; {local} patchgym/ images are built, not pulled (`patchgym tasks build`)"
                                  if local else ""), soft_wrap=True)
     for image, why in disk.unknown.items():
-        console.print(f"[yellow]size unknown: {image}: {why}[/yellow]", soft_wrap=True)
+        console.print(f"size unknown: {image}: {why}", style="yellow", soft_wrap=True)
     prepull.refuse_if_short(disk, force)
     results = prepull.pull_all(disk, config, client, concurrency=concurrency)
     if config.backend == "local":  # its sandboxes start from rootfs layers: unpack them now, not at the first start
@@ -203,9 +207,9 @@ def tasks_import(source: str = typer.Argument(..., help="FILE.jsonl, FILE.parque
     else:
         result = import_tasks(fmt, source, exclude_repos_of=str(exclude_repos_of) if exclude_repos_of else None)
     for line in result.warnings:
-        console.print(f"[dim]{line}[/dim]", soft_wrap=True)
+        console.print(line, style="dim", soft_wrap=True)
     for line in result.errors:
-        console.print(f"[yellow]{line}[/yellow]", soft_wrap=True)
+        console.print(line, style="yellow", soft_wrap=True)
     if result.errors and not result.tasks:
         raise UserError(f"{source}: no row is a valid {fmt} task (the problems are listed above)")
     write_tasks(result.tasks, out)
@@ -306,9 +310,9 @@ def grade(tasks: Path = typer.Option(..., help="tasks JSONL"), instance: str = t
         keys = ("instance_id", "resolved", "tests", "f2p", "p2p", "error", "error_detail", "exit_code", "duration")
         print(json.dumps(result.model_dump(include=set(keys))))
     else:
-        verdict = ("[green]RESOLVED[/green]" if result.resolved
-                   else f"[red]not resolved[/red] ({result.error or 'tests fail'})")
-        console.print(f"{task.instance_id}: {verdict} in {result.duration:.1f} s")
+        verdict = (Text("RESOLVED", style="green") if result.resolved
+                   else Text.assemble(("not resolved", "red"), f" ({result.error or 'tests fail'})"))
+        console.print(Text.assemble(f"{task.instance_id}: ", verdict, f" in {result.duration:.1f} s"), soft_wrap=True)
         for name, status in {**result.f2p, **result.p2p}.items():
             console.print(f"  {status:8} {name}", soft_wrap=True)
         if result.error_detail:
@@ -339,6 +343,8 @@ def eval_(tasks: Path = typer.Option(..., help="tasks JSONL"),
     config = load_eval_config(files, [*_given({"inference.model": model, "inference.engine": engine}),
                                       *(overrides or [])])
     run = run_eval(config, tasks, script=policy, runs=runs, out=out, limit=limit, progress=not as_json)
+    for warning in run.warnings:
+        (err_console if as_json else console).print(warning, style="yellow", soft_wrap=True)
     if as_json:
         print(json.dumps(run.summary))
     else:
@@ -366,7 +372,7 @@ def check_tokens(run: Path = typer.Argument(..., help="a run directory (or a tra
     else:
         for check in result.trajectories:
             for error in check.errors[:5]:
-                console.print(f"[red]{check.trajectory_id}: {error}[/red]", soft_wrap=True)
+                console.print(f"{check.trajectory_id}: {error}", style="red", soft_wrap=True)
         console.print(f"{summary['trajectories']} trajectories, {summary['failed']} failed; "
                       f"{summary['sampled_segments']} sampled segments, {summary['non_canonical_segments']} "
                       "non-canonical (a re-tokenising pipeline would train on other tokens there)")
@@ -506,10 +512,10 @@ def plan(files: list[Path] = ConfigFiles,
     for name, value in result.rows():
         table.add_row(name, f"{value / GB:.2f}")
     console.print(table)
-    verdict = lambda ok: "[green]fits[/]" if ok else "[red]does not fit[/]"  # noqa: E731
-    console.print(f"training {verdict(result.fits_training)} in {gpu_gb:g} GB; engine {verdict(result.fits_engine)} "
-                  f"in {result.engine_budget / GB:.1f} GB (vLLM's share); both at once: "
-                  f"{verdict(result.colocated)}")
+    verdict = lambda ok: Text("fits", style="green") if ok else Text("does not fit", style="red")  # noqa: E731
+    console.print(Text.assemble("training ", verdict(result.fits_training), f" in {gpu_gb:g} GB; engine ",
+                                verdict(result.fits_engine), f" in {result.engine_budget / GB:.1f} GB (vLLM's share); "
+                                "both at once: ", verdict(result.colocated)))
 
 
 @app.command()

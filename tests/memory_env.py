@@ -111,7 +111,7 @@ class MemoryEnv:
             raise DiffTooLarge(len(patch.encode()), max_bytes)
         return patch
 
-    def verify(self, threshold: float) -> None:
+    def verify(self, threshold: float, score: str = "auto") -> None:
         return None  # its tasks are graded by their patch, afterwards
 
     def close(self) -> None:

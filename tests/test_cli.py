@@ -173,3 +173,20 @@ def test_a_bad_input_file_is_a_message_naming_it_and_exit_2(tmp_path, args, mess
     assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.exception
     assert message.format(d=tmp_path) in result.stdout.replace("\n", "")
     assert "Traceback" not in result.stdout
+
+
+def test_messages_print_square_brackets_as_they_are(tmp_path):
+    """Errors quote task.toml's tables and test ids with brackets: none may be taken for a style tag, whether the
+    command ends on the error or lists it among a folder's bad tasks."""
+    folder = tmp_path / "tasks" / "one"
+    (folder / "tests").mkdir(parents=True)
+    (folder / "task.toml").write_text('schema_version = "1.0"\n')
+    (folder / "instruction.md").write_text("do it\n")
+    (folder / "tests" / "test.sh").write_text("echo 1 > /logs/verifier/reward.txt\n")
+    for source in (folder, folder.parent):
+        result = runner.invoke(app, ["tasks", "import", str(source), "-f", "harbor", "-o", str(tmp_path / "o.jsonl")])
+        assert result.exit_code == 2 and "names no [environment].docker_image" in result.output, result.output
+    (folder / "task.toml").write_text('schema_version = "1.0"\n[[steps]]\nname = "one"\n')
+    for source in (folder, folder.parent):
+        result = runner.invoke(app, ["tasks", "import", str(source), "-f", "harbor", "-o", str(tmp_path / "o.jsonl")])
+        assert result.exit_code == 2 and "([[steps]])" in result.output, result.output

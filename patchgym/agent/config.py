@@ -10,8 +10,13 @@ from patchgym.inference import SamplingParams
 from patchgym.inference.config import DEFAULT_TURN_TOKENS
 
 SYSTEM_PROMPT = """\
+{% if task is defined and task.harbor %}
+You are an agent with a bash environment. Carry out the task you are given; its own checks judge the environment as \
+you leave it when you call finish.
+{% else %}
 You are a programming agent. You are given a GitHub issue and a bash environment with the repository in /testbed, \
 and your job is to change the repository's non-test files so that the issue is resolved.
+{% endif %}
 
 You have these tools:
 {% for tool in tools %}
@@ -34,11 +39,19 @@ You may think before the call. The tool's output comes back in the next message.
 
 # tool_format native: the chat template presents the tools (as JSON schemas) and the call format itself.
 NATIVE_SYSTEM_PROMPT = """\
+{% if task is defined and task.harbor %}
+You are an agent with a bash environment. Carry out the task you are given; its own checks judge the environment as \
+you leave it when you call finish.
+{% else %}
 You are a programming agent. You are given a GitHub issue and a bash environment with the repository in /testbed, \
 and your job is to change the repository's non-test files so that the issue is resolved.
+{% endif %}
 
 Call exactly one tool per response. You may think before the call. The tool's output comes back in the next message.
 """
+
+# A Harbor task's instruction is given as it is, as Harbor gives it.
+INSTRUCTION_PROMPT = "{{ problem_statement }}"
 
 INSTANCE_PROMPT = """\
 Consider the following GitHub issue:
@@ -98,8 +111,11 @@ class AgentConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    system_prompt: str = Field(SYSTEM_PROMPT, description="Jinja; variables: tools (the tool schemas)")
+    system_prompt: str = Field(SYSTEM_PROMPT, description="Jinja; variables: tools (the tool schemas), task")
     instance_prompt: str = Field(INSTANCE_PROMPT, description="Jinja; variables: problem_statement, workdir, task")
+    instruction_prompt: str = Field(INSTRUCTION_PROMPT, description=(
+        "Jinja; the first user message of a task whose statement is an instruction to carry out as it is (a Harbor "
+        "task's instruction.md), in place of instance_prompt; variables: problem_statement, workdir, task"))
     observation_template: str = Field(OBSERVATION, description="Jinja; variables: observation, steps_remaining")
     tool_format: Literal["text", "native"] = Field("text", description=(
         "text: the tools described in the system prompt, calls written as R2E-Gym XML (or JSON) in the text; "
@@ -144,7 +160,7 @@ class AgentConfig(BaseModel):
                 self.observation_role = "tool"
         return self
 
-    _compiles = field_validator("system_prompt", "instance_prompt", "observation_template")(
+    _compiles = field_validator("system_prompt", "instance_prompt", "instruction_prompt", "observation_template")(
         classmethod(lambda cls, text: check_template(text)))
 
 

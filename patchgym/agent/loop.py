@@ -130,9 +130,10 @@ async def _episode(trajectory: Trajectory, task: Task, engine: Engine, env: Env,
     messages = trajectory.messages
     schemas = tool_schemas(task.workdir, config.command_timeout_s)
     trajectory.tools = tools = schemas if config.tool_format == "native" else None
-    messages += [{"role": "system", "content": render(config.system_prompt, tools=schemas)},
-                 {"role": "user", "content": render(config.instance_prompt, problem_statement=statement,
-                                                    workdir=task.workdir, task=task)}]
+    first = config.instruction_prompt if task.harbor is not None else config.instance_prompt
+    messages += [{"role": "system", "content": render(config.system_prompt, tools=schemas, task=task)},
+                 {"role": "user", "content": render(first, problem_statement=statement, workdir=task.workdir,
+                                                    task=task)}]
     trajectory.history = config.history
     stepwise = config.history == "template"  # each turn's prompt is rendered whole, not appended to
     ids: list[int] = []  # every token the model has seen or sampled, in order (step-wise: this turn's)

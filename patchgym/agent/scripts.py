@@ -70,6 +70,11 @@ class OracleScript:
         return _finish()
 
 
+def has_solution(task: Task) -> bool:
+    """Whether the oracle has anything to play on `task`: a gold patch, or a Harbor task's solution/."""
+    return bool(task.harbor.solution) if task.harbor is not None else bool(task.patch.strip())
+
+
 def harbor_solve_command(task: Task) -> str:
     """One shell command that unpacks a Harbor task's solution/ to /solution and runs solve.sh with its env."""
     exports = "".join(f"export {k}={shlex.quote(v)}; " for k, v in task.harbor.solution_env.items())

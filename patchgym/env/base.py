@@ -40,10 +40,10 @@ class Env(Protocol):
         """The agent's change so far, as a git diff; patchgym.sandbox.DiffTooLarge when it is over `max_bytes`."""
         ...
 
-    def verify(self, threshold: float) -> Grade | None:
+    def verify(self, threshold: float, score: str = "auto") -> Grade | None:
         """The episode's grade, taken from its own sandbox before it closes, where the task's grading family grades
-        in place (Harbor: its verifier; a score at or over `threshold` resolves); None where the patch is graded in a
-        fresh sandbox afterwards."""
+        in place (Harbor: its verifier; `score` picks the score among named rewards, and a score at or over
+        `threshold` resolves); None where the patch is graded in a fresh sandbox afterwards."""
         ...
 
     def close(self) -> None:

@@ -41,7 +41,7 @@ class SWEEnv:
         """Start the task's sandbox and workspace; returns the problem statement (the first observation)."""
         self.close()
         self.task, self.format_errors, self.steps = task, 0, 0
-        limits = harbor_limits(task, self.config.env)
+        limits = harbor_limits(task, self.config.env, allow_network=self.config.task_network)
         if self.pools is not None:
             self._pool = self.pools.pool(task.image or None, task.workdir, **limits)
             self.sandbox = self._pool.acquire()
@@ -70,11 +70,11 @@ class SWEEnv:
                 update={"agent_user": int(result.output.strip().splitlines()[-1])})
         install_tools(self.sandbox)
 
-    def verify(self, threshold: float = 1.0) -> Grade | None:
+    def verify(self, threshold: float = 1.0, score: str = "auto") -> Grade | None:
         """The episode's grade where the task's family grades in place (a Harbor task's verifier, run in this
         sandbox after the episode); None where the patch is graded in a fresh sandbox."""
         family = family_of(self.task)
-        return family.verify(self.sandbox, self.task, threshold=threshold) if family.in_place else None
+        return family.verify(self.sandbox, self.task, threshold=threshold, score=score) if family.in_place else None
 
     def _remove_hidden(self, task: Task) -> None:
         """Delete the paths only the grader may see, as root (not an agent command), and check they are gone."""
@@ -125,14 +125,15 @@ class SWEEnv:
         self.close()
 
 
-def harbor_limits(task: Task, config_env: dict[str, str] | None = None) -> dict:
-    """The sandbox settings a Harbor task's task.toml asks for (none for other tasks): cpus, memory, network, its
-    environment variables (over the config's `config_env`) and the agent's user (root unless it names one)."""
+def harbor_limits(task: Task, config_env: dict[str, str] | None = None, *, allow_network: bool = True) -> dict:
+    """The sandbox settings a Harbor task's task.toml asks for (none for other tasks): cpus, memory, network (never
+    where `allow_network` is false), its environment variables (over the config's `config_env`) and the agent's
+    user (root unless it names one)."""
     spec = task.harbor
     if spec is None:
         return {}
     config_env = config_env or {}
-    limits: dict = {"network": spec.network}
+    limits: dict = {"network": spec.network and allow_network}
     if spec.env:
         limits["env"] = {**config_env, **spec.env}
     if spec.cpus is not None:

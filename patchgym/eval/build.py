@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchgym.agent.scripts import SCRIPTS
+from patchgym.agent.scripts import SCRIPTS, has_solution
 from patchgym.config import Config, dump_config, load_config
 from patchgym.errors import UserError
 from patchgym.eval.run import evaluate
@@ -22,6 +22,7 @@ EVAL_DEFAULTS = Path(__file__).with_name("defaults.yaml")
 class EvalRun:
     run_dir: Path
     summary: dict  # what RUN/summary.json holds
+    warnings: tuple[str, ...] = ()  # what the caller should tell the user beside the summary
 
 
 def load_eval_config(files: Sequence[str | Path] = (), overrides: Sequence[str] = ()) -> Config:
@@ -48,7 +49,10 @@ def run_eval(config: Config, tasks_file: Path, *, script: str | None = None, run
     finally:
         if engine is not None:
             engine.close()
-    return EvalRun(out, summary)
+    unplayable = [t.instance_id for t in tasks if script == "oracle" and not has_solution(t)]
+    warnings = (f"the oracle had nothing to play on {len(unplayable)} task(s), which carry no gold patch or "
+                f"solution/ folder, and only called finish: {', '.join(unplayable)}",) if unplayable else ()
+    return EvalRun(out, summary, warnings)
 
 
 def make_agent(config: Config, script: str | None) -> tuple[Agent, Engine | None]:

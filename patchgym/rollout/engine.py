@@ -176,7 +176,7 @@ class RolloutEngine:
         """The grade of a task whose family grades in place (Harbor: its verifier), from the episode's own sandbox
         (the env's `verify`)."""
         try:
-            grade = await asyncio.to_thread(env.verify, self.config.resolved_reward)
+            grade = await asyncio.to_thread(env.verify, self.config.resolved_reward, self.config.harbor_score)
         except SandboxError as exc:
             grade = Grade(instance_id=task.instance_id, error="infra", error_detail=str(exc))
         grade.tests_known_to_run = task.validated

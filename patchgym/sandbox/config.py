@@ -28,6 +28,9 @@ class SandboxConfig(BaseModel):
                                                 ".tar (local); None = the patchgym base image")
     workdir: str = Field("/testbed", description="default working directory of commands")
     network: bool = Field(False, description="give sandboxes a network (off by default)")
+    task_network: bool = Field(True, description="a Harbor task's sandbox gets the network its task.toml asks for "
+                               "(on where it says nothing, as in Harbor); false: every sandbox stays offline, "
+                               "whatever a task asks (RL on agents one does not trust)")
     memory_mb: int = Field(4096, gt=0, description="memory limit per sandbox")
     pids: int = Field(1024, gt=0, description="process limit per sandbox")
     cpus: float = Field(1.0, gt=0, description="CPU quota per sandbox, in cores")

@@ -115,3 +115,15 @@ def test_a_patch_over_the_limit_ends_as_patch_too_large_and_only_its_size_is_kep
     assert f"{size} bytes" in trajectory.error and reward(trajectory) == 0.0
     assert Trajectory.load(tmp_path / "t.json") == trajectory
     assert episode(scripted([FIX, FINISH]), max_patch_bytes=size).patch == memory_task().patch  # at the limit: kept
+
+
+def test_a_harbor_tasks_instruction_is_the_first_message_as_it_is_without_a_github_issue_frame(scripted):
+    from patchgym.tasks.task import HarborSpec
+
+    instruction = "Start the status service on port 8080 and leave it running."
+    task = memory_task().model_copy(update={"problem_statement": instruction, "harbor": HarborSpec(tests="eA==")})
+    harbor = run_agent(task, scripted([FINISH]), MemoryEnv(), AgentConfig())
+    system, first = harbor.messages[0]["content"], harbor.messages[1]["content"]
+    assert first == instruction and "GitHub issue" not in system and "## execute_bash" in system
+    swe = episode(scripted([FINISH])).messages
+    assert "GitHub issue" in swe[0]["content"] and "<github_issue>" in swe[1]["content"]

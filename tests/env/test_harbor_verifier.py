@@ -2,7 +2,7 @@
 
 import pytest
 
-from patchgym.env.grading.families.harbor import RewardMissing, parse_reward_json, parse_reward_txt
+from patchgym.env.grading.families.harbor import RewardMissing, parse_reward_json, parse_reward_txt, score_of
 from patchgym.env.swe_env import harbor_limits
 from patchgym.tasks import Task
 from patchgym.tasks.task import HarborSpec
@@ -19,14 +19,29 @@ def test_a_reward_txt_that_is_not_one_number(text):
         parse_reward_txt(text)
 
 
-def test_reward_json():
-    assert parse_reward_json('{"reward": 0.75, "accuracy": 0.9}') == (0.75, {"reward": 0.75, "accuracy": 0.9})
-    assert parse_reward_json('{"score": 2}') == (2.0, {"score": 2.0})
-    for text, problem in [('{"a": 1, "b": 0}', 'no "reward"'), ("[1]", "object"), ("{}", "object"),
+def test_reward_json_keeps_every_named_reward():
+    assert parse_reward_json('{"reward": 0.75, "accuracy": 0.9}') == {"reward": 0.75, "accuracy": 0.9}
+    assert parse_reward_json('{"score": 2}') == {"score": 2.0}
+    assert parse_reward_json('{"a": 1, "b": 0}') == {"a": 1.0, "b": 0.0}  # no "reward": still a verdict
+    for text, problem in [("[1]", "object"), ("{}", "object"),
                           ('{"reward": "1"}', "not a finite number"), ('{"reward": true}', "not a finite number"),
                           ("{", "not JSON")]:
         with pytest.raises(RewardMissing, match=problem):
             parse_reward_json(text)
+
+
+@pytest.mark.parametrize("named, rule, score", [
+    ({"reward": 0.75, "accuracy": 0.9}, "auto", 0.75), ({"score": 2.0}, "auto", 2.0),
+    ({"a": 1.0, "b": 0.0}, "auto", 0.5), ({"a": 1.0, "b": 0.0}, "min", 0.0), ({"a": 1.0, "b": 0.0}, "max", 1.0),
+    ({"a": 1.0, "b": 0.5}, "sum", 1.5), ({"reward": 0.0, "a": 1.0}, "mean", 0.5), ({"a": 1.0, "b": 0.25}, "b", 0.25),
+])
+def test_the_score_training_sees_is_the_named_reward_the_setting_picks(named, rule, score):
+    assert score_of(named, rule) == score
+
+
+def test_a_score_named_by_a_reward_the_verifier_did_not_write_says_which_it_wrote():
+    with pytest.raises(RewardMissing, match=r"no reward named 'c' \(rollout.harbor_score\), only a, b"):
+        score_of({"a": 1.0, "b": 0.0}, "c")
 
 
 def test_a_harbor_task_gets_its_limits_and_user():
@@ -36,4 +51,5 @@ def test_a_harbor_task_gets_its_limits_and_user():
                                                "env": {"B": "2", "A": "1"}}
     root = task.model_copy(update={"harbor": HarborSpec(tests="x")})
     assert harbor_limits(root) == {"network": False, "agent_user": 0}
+    assert harbor_limits(task, allow_network=False)["network"] is False  # sandbox.task_network = false
     assert harbor_limits(Task(instance_id="t", repo="r", problem_statement="p", FAIL_TO_PASS=["t"])) == {}

@@ -73,6 +73,7 @@ def test_oracle_resolves_null_does_not_and_partial_credit_is_a_fraction(folders,
     tasks = import_harbor(folders, SandboxConfig(backend="docker")).tasks
     oracle, records = run(tasks, OracleScript(), tmp_path, "oracle")
     assert oracle["resolve_rate"] == 1.0 and oracle["infra_errors"] == 0
+    assert all(r["grade"]["duration"] > 0 for r in records.values()), "a grade's duration is the verifier's time"
     assert records["partial-credit"]["grade"]["score"] == 1.0
     assert records["partial-credit"]["grade"]["rewards"] == {"reward": 1.0, "files_right": 4.0}
     null, records = run(tasks, NullScript(), tmp_path, "null")
@@ -85,6 +86,36 @@ def test_oracle_resolves_null_does_not_and_partial_credit_is_a_fraction(folders,
     assert summary["mean_reward"] == 0.5  # the float is the reward training sees
     summary, _ = run(partial, half, tmp_path, "half-enough", resolved_reward=0.5)
     assert summary["resolve_rate"] == 1.0
+
+
+def test_named_rewards_without_a_reward_key_are_all_kept_and_the_setting_picks_the_score(folders, tmp_path):
+    test_sh = folders / "partial-credit" / "tests" / "test.sh"
+    test_sh.write_text(test_sh.read_text().replace('{"reward": right / len(want), "files_right": right}',
+                                                   '{"share": right / len(want), "files_right": right}'))
+    tasks = [t for t in import_harbor(folders, SandboxConfig(backend="docker")).tasks
+             if t.instance_id == "partial-credit"]
+    summary, records = run(tasks, OracleScript(), tmp_path, "auto")
+    grade = records["partial-credit"]["grade"]
+    assert grade["rewards"] == {"share": 1.0, "files_right": 4.0} and grade["error"] is None
+    assert grade["score"] == 2.5 and summary["mean_reward"] == 2.5  # auto: no "reward", several: their mean
+    summary, records = run(tasks, OracleScript(), tmp_path, "share", harbor_score="share")
+    assert records["partial-credit"]["grade"]["score"] == 1.0 and summary["resolve_rate"] == 1.0
+    summary, records = run(tasks, NullScript(), tmp_path, "null", harbor_score="share")
+    assert records["partial-credit"]["grade"]["score"] == 0.0 and summary["resolve_rate"] == 0.0
+
+
+def test_the_oracle_on_a_folder_without_a_solution_is_reported_as_having_nothing_to_play(folders, tmp_path):
+    from patchgym.eval.build import load_eval_config, run_eval
+    from patchgym.tasks import write_tasks
+
+    shutil.rmtree(folders / "partial-credit" / "solution")
+    tasks = import_harbor(folders, SandboxConfig(backend="docker")).tasks
+    write_tasks(tasks, tmp_path / "tasks.jsonl")
+    run = run_eval(load_eval_config([], ["sandbox.backend=docker"]), tmp_path / "tasks.jsonl", script="oracle",
+                   out=tmp_path / "eval", progress=False)
+    assert run.summary["resolved"] == 1  # service-config's solution still plays
+    (warning,) = run.warnings
+    assert "nothing to play on 1 task(s)" in warning and warning.endswith(": partial-credit")
 
 
 def test_a_planted_reward_or_a_fake_test_sh_scores_what_the_real_verifier_says(folders, tmp_path):
@@ -155,3 +186,4 @@ def test_a_build_that_needs_the_network_or_a_missing_image_names_the_task_and_th
                               "is not on this machine")
     assert network.startswith("task service-config: environment/Dockerfile failed at 'Step 4/5 : RUN python3 -c")
     assert "no network" in network
+    assert "urlopen error" in network  # the line that says why, whole

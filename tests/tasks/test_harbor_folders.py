@@ -117,3 +117,12 @@ def test_the_kubernetes_backend_needs_a_prebuilt_image(tmp_path):
     result = import_harbor(tmp_path / "service-config", SandboxConfig(backend="kubernetes"))
     assert result.tasks == [] and result.errors[0].startswith(
         f"{tmp_path}/service-config/task.toml: [environment].docker_image: the kubernetes backend runs prebuilt images")
+
+
+@pytest.mark.parametrize(("environment", "network"), [
+    ("", True), ("allow_internet = true\n", True), ("allow_internet = false\n", False),
+    ('network_mode = "public"\n', True), ('network_mode = "no-network"\n', False)])
+def test_the_network_is_what_task_toml_asks_and_on_where_it_says_nothing_as_in_harbor(folder, environment, network):
+    toml = (folder / "task.toml").read_text().replace("allow_internet = false\n", environment)
+    (folder / "task.toml").write_text(toml)
+    assert read_folder(folder).network is network

@@ -127,8 +127,9 @@ class GradingFamily:
         listed before a patch; None where pytest's autoload stays on."""
         return None
 
-    def verify(self, sandbox: Sandbox, task: Task, *, threshold: float = 1.0) -> Grade:
-        """An in-place family's grade of the agent's sandbox as the episode ends."""
+    def verify(self, sandbox: Sandbox, task: Task, *, threshold: float = 1.0, score: str = "auto") -> Grade:
+        """An in-place family's grade of the agent's sandbox as the episode ends: a score at or over `threshold`
+        resolves; `score` says which of several named rewards is the score (rollout.harbor_score)."""
         raise TaskError(f"task {task.instance_id} is graded by its patch in a fresh sandbox ({self.name}), "
                         "not in the agent's own sandbox")
 

@@ -64,27 +64,56 @@ def build_image(task: HarborFolder, sandbox: SandboxConfig, *, client=None) -> s
         pass
     for base in base_images(task.dockerfile):
         _have_base(client, base, sandbox, task)
-    step, log = "(before the first step)", []
+    output = BuildOutput()
     try:
         for chunk in client.api.build(path=str(task.dockerfile.parent), tag=tag, rm=True, forcerm=True, pull=False,
                                       network_mode="none", decode=True, timeout=int(task.build_timeout_s)):
-            text = _ANSI.sub("", chunk.get("stream", ""))
-            if _STEP.match(text.strip()):
-                step = text.strip()
-            log += text.splitlines()[-5:]
+            output.feed(_ANSI.sub("", chunk.get("stream", "")))
+            step = output.step
             if "error" in chunk:
                 raise HarborTaskError(
                     f"task {task.name}: environment/Dockerfile failed at {step!r}: {chunk['error'].strip()}. Builds "
                     "here have no network: a step that downloads (apt-get, pip, curl) must take its files from the "
-                    "build context or a local mirror. Last output:\n" + "\n".join(log[-10:]))
+                    "build context or a local mirror. The step's output:\n" + output.summary())
     except docker.errors.APIError as exc:
-        raise HarborTaskError(f"task {task.name}: environment/Dockerfile failed at {step!r}: {exc}") from None
+        raise HarborTaskError(f"task {task.name}: environment/Dockerfile failed at {output.step!r}: {exc}") from None
     except Exception as exc:  # a build over build_timeout_sec ends in a read timeout
         if "timed out" in str(exc).lower():
             raise HarborTaskError(f"task {task.name}: environment/Dockerfile ran over build_timeout_sec "
-                                  f"({task.build_timeout_s:g} s) at {step!r}") from None
+                                  f"({task.build_timeout_s:g} s) at {output.step!r}") from None
         raise
     return tag
+
+
+# Lines of a failed step that say why (a network that is not there, a missing file or package), shown before its tail.
+_CAUSE = re.compile(r"(?i)error|fail|unable|could not|cannot|can't|not found|no such|denied|unreachable|resolv|"
+                    r"timed out|refused")
+
+
+class BuildOutput:
+    """A build's output as whole lines (docker streams it in pieces that split lines): the step it is at, and that
+    step's lines."""
+
+    TAIL, CAUSES = 10, 5
+
+    def __init__(self):
+        self.partial, self.lines, self.step = "", [], "(before the first step)"
+
+    def feed(self, text: str) -> None:
+        self.partial += text
+        *done, self.partial = self.partial.split("\n")
+        for line in done:
+            if _STEP.match(line.strip()):
+                self.step, self.lines = line.strip(), []
+            else:
+                self.lines.append(line)
+
+    def summary(self) -> str:
+        """The step's lines that say why (the first few), then its last lines, each whole."""
+        lines = [line for line in (*self.lines, self.partial) if line.strip()]
+        tail = lines[-self.TAIL:]
+        causes = [line for line in lines[:-self.TAIL] if _CAUSE.search(line)][:self.CAUSES]
+        return "\n".join([*causes, *(["..."] if causes else []), *tail])
 
 
 def _have_base(client, base: str, sandbox: SandboxConfig, task: HarborFolder) -> None:

@@ -189,8 +189,8 @@ def unpack(data: str, dest: Path) -> None:
 
 
 def _network(env: "Keys") -> bool:
-    """The agent's network: on only where task.toml allows it (network_mode = "public", or the deprecated
-    allow_internet = true); off when it says nothing, as every sandbox here starts."""
+    """The agent's network as task.toml asks: network_mode = "public" or "no-network", or the deprecated
+    allow_internet; on when it says nothing, as in Harbor (sandbox.task_network = false keeps every sandbox off)."""
     mode = env.text("network_mode", default="")
     if mode and mode not in ("public", "no-network"):
         env.fail("network_mode", f"{mode!r}: only \"public\" and \"no-network\" are supported")
@@ -199,7 +199,7 @@ def _network(env: "Keys") -> bool:
         env.fail("allow_internet", f"must be true or false, got {allow!r}")
     if mode and allow is not None and (mode == "public") != allow:
         env.fail("network_mode", f"{mode!r} contradicts the deprecated allow_internet = {str(allow).lower()}")
-    return mode == "public" if mode else bool(allow)
+    return mode == "public" if mode else allow is not False
 
 
 def _metadata(keys: "Keys") -> dict:
