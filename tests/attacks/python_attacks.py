@@ -280,6 +280,23 @@ def _pg_rewrite():
             pass
 
 
+def _pg_dup_on_open(opener):
+    """Whatever opens a report file for writing, its descriptor is duplicated the moment it is opened (the watcher
+    alone can miss a file that is open for a millisecond, as junit XML is)."""
+    def opened(file, mode="r", *args, **kwargs):
+        handle = opener(file, mode, *args, **kwargs)
+        name = str(file)
+        if any(m in mode for m in "wax") and name.endswith((".jsonl", ".xml", ".log", ".tap")):
+            try:
+                _pg_dups.setdefault(_pg_os.path.abspath(name), _pg_os.dup(handle.fileno()))
+            except (OSError, AttributeError, ValueError):
+                pass
+        return handle
+    return opened
+
+
+import builtins as _pg_builtins, io as _pg_io
+_pg_builtins.open = _pg_io.open = _pg_dup_on_open(_pg_io.open)
 _pg_dups["stdout"] = _pg_os.dup(1)
 threading.Thread(target=_pg_watch, daemon=True).start()
 atexit.register(_pg_rewrite)
