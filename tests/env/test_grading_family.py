@@ -118,6 +118,7 @@ def exit_code_family():
 
 
 @pytest.mark.sandbox
+@pytest.mark.parametrize("backend", ["docker"], indirect=True)  # grading on each backend: tests/env/test_grader.py
 def test_a_family_of_ones_own_grades_a_task_that_names_it(exit_code_family, backend, tiny_task):
     task = tiny_task.model_copy(update={"grading": ExitCode.name, "test_cmd": "python -m pytest -q tests"})
     config = SandboxConfig(backend=backend, memory_mb=1024)
