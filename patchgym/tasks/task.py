@@ -2,6 +2,7 @@
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
@@ -14,10 +15,67 @@ class TaskError(UserError, ValueError):
     """A task file or row that cannot be used; the message names the file, the row and the field."""
 
 
+class HarborHealthcheck(BaseModel):
+    """[steps.healthcheck]: a command polled as Docker's HEALTHCHECK polls, after the step's workdir/ is uploaded (and
+    its setup.sh has run) and before the agent starts; the step fails unless it passes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    command: str = Field(min_length=1, description="shell command; exit 0 = healthy")
+    interval_s: float = Field(5.0, ge=0, description="seconds between tries (interval_sec)")
+    timeout_s: float = Field(30.0, gt=0, description="limit of one try (timeout_sec)")
+    retries: int = Field(3, ge=1, description="consecutive failures that fail the check")
+    start_period_s: float = Field(0.0, ge=0, description="grace after setup: failures in it are not counted "
+                                  "(start_period_sec)")
+    start_interval_s: float = Field(5.0, ge=0, description="seconds between tries during the start period "
+                                    "(start_interval_sec)")
+
+
+class HarborArtifact(BaseModel):
+    """A path collected from the sandbox after a step's verifier (task.toml's `artifacts`: a path, or a table)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: str = Field(min_length=1, description="path in the sandbox (a file or a folder)")
+    destination: str | None = Field(None, description="name it is stored under; None = the source's own name")
+    exclude: list[str] = Field(default_factory=list, description="patterns left out of a folder (tar --exclude)")
+
+
+class HarborStep(BaseModel):
+    """One [[steps]] entry of a multi-step task, with the task-level values it inherits already applied: the agent
+    works on its instruction in the sandbox the steps before it left, then its verifier grades it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, description="[[steps]].name; its files are steps/NAME/")
+    instruction: str = Field(min_length=1, description="steps/NAME/instruction.md: what the agent is shown")
+    tests: str = Field(min_length=1, description="the task's tests/ with steps/NAME/tests/ over it (the step's files "
+                       "win), as a base64 tar.gz; uploaded to /tests for this step's verifier")
+    solution: str = Field("", description="steps/NAME/solution/ as a base64 tar.gz ('' = none); the oracle runs "
+                          "its solve.sh")
+    workdir: str = Field("", description="steps/NAME/workdir/ as a base64 tar.gz ('' = none): uploaded to the "
+                         "task's working directory before the agent starts; a setup.sh in it is then run there as "
+                         "the agent's user (it deletes itself)")
+    agent_timeout_s: float | None = Field(None, gt=0, description="[steps.agent].timeout_sec, else [agent]'s")
+    agent_user: str = Field("root", description="[steps.agent].user, else [agent]'s")
+    verifier_timeout_s: float = Field(600.0, gt=0, description="[steps.verifier].timeout_sec, else [verifier]'s")
+    verifier_env: dict[str, str] = Field(default_factory=dict, description="[verifier].env with "
+                                         "[steps.verifier].env over it")
+    verifier_user: str = Field("root", description="[steps.verifier].user, else [verifier]'s")
+    healthcheck: HarborHealthcheck | None = None
+    min_reward: float | dict[str, float] | None = Field(None, description="early stop: when the step's reward is "
+                                                        "below it (a number: the reward named 'reward'; a table: "
+                                                        "each reward named, a missing one counting as below), the "
+                                                        "steps after it are skipped")
+    artifacts: list[HarborArtifact] = Field(default_factory=list, description="collected after this step's "
+                                            "verifier: the task's artifacts, then the step's own")
+
+
 class HarborSpec(BaseModel):
     """What a Harbor task folder adds to a task: its verifier and oracle (each a tar.gz, base64, so a row holds all
     it needs on any worker), and the limits of its task.toml. Such a task is graded in the agent's own sandbox after
-    the episode (patchgym.env.grading.families.harbor), not by a patch in a fresh one."""
+    the episode (patchgym.env.grading.families.harbor), not by a patch in a fresh one. A multi-step task adds its
+    steps, each with its own instruction, verifier and limits, run in order in one sandbox."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -37,6 +95,17 @@ class HarborSpec(BaseModel):
     network: bool = Field(False, description="the agent's sandbox has a network (task.toml allows it)")
     env: dict[str, str] = Field(default_factory=dict, description="[environment].env: set for every command")
     metadata: dict = Field(default_factory=dict)
+    steps: list[HarborStep] = Field(default_factory=list, description="a multi-step task's steps, in order ([] = "
+                                    "a single-step task); `tests` is then the task's shared tests/ (helpers every "
+                                    "step's tests are laid over) and the problem statement the first step's")
+    multi_step_reward: Literal["mean", "final"] = Field("mean", description="multi_step_reward_strategy: the task's "
+                                                         "reward from its steps' rewards. mean: each named reward's "
+                                                         "mean over the steps verified (missing = 0); final: the "
+                                                         "last verified step's rewards")
+    artifacts: list[HarborArtifact] = Field(default_factory=list, description="task.toml's artifacts (collected "
+                                            "after every step of a multi-step task)")
+    instruction: str = Field("", description="a multi-step task's top-level instruction.md, kept to export it; "
+                             "Harbor does not show it to the agent (each step's instruction is shown)")
 
 
 class Task(BaseModel):
