@@ -36,7 +36,7 @@ def test_task_folders_are_found_below_a_dataset_folder(tmp_path):
     (tmp_path / "set" / ".hidden").mkdir()
     shutil.copytree(FIXTURES / "partial-credit", tmp_path / "set" / ".hidden" / "skipped")
     found = find_task_folders(tmp_path / "set")
-    assert [p.name for p in found] == ["partial-credit", "service-config"]
+    assert [p.name for p in found] == ["cookbook-multi-step", "partial-credit", "service-config"]
     assert find_task_folders(found[0]) == [found[0]]
     with pytest.raises(HarborTaskError, match="no task folder"):
         find_task_folders(tmp_path / "set" / ".hidden" / "skipped" / "tests")
@@ -59,7 +59,7 @@ BAD_TOMLS = [
     ("[agent]\nuser = true\n", "[agent].user: must be a user name or uid"),
     ('schema_version = "2.0"\n', "schema_version: '2.0' is not a 1.x schema"),
     ("version = 1\n", "version: must be a string"),
-    ('[[steps]]\nname = "one"\n', "steps: multi-step tasks"),
+    ('[[steps]]\nname = "../one"\n', "[[steps]][1].name: '../one' is not a step name"),
     ("environment = 3\n", "environment: must be a table"),
     ("[environment\n", "not valid TOML"),
 ]

@@ -1,9 +1,10 @@
 """`patchgym tasks import DIR --format harbor`: each task folder under DIR becomes a task.
 
 The image is the folder's prebuilt `docker_image` (pulled at first use, as other images are) or its environment/
-built here (patchgym.tasks.harbor.build); the instruction is the problem statement; tests/ and solution/ travel in
-the row (Task.harbor), with the limits and timeouts of task.toml. A folder that cannot be used is an error line that
-names it; the others are kept.
+built here (patchgym.tasks.harbor.build); the instruction is the problem statement (a multi-step task's: its first
+step's); tests/ and solution/ travel in the row (Task.harbor), with the limits and timeouts of task.toml, and so do
+a multi-step task's steps (Task.harbor.steps: each one's instruction, tests, solution, workdir and limits). A
+folder that cannot be used is an error line that names it; the others are kept.
 """
 
 from pathlib import Path
@@ -52,7 +53,8 @@ def to_task(folder: HarborFolder, sandbox: SandboxConfig, *, client=None) -> Tas
                           agent_timeout_s=folder.agent_timeout_s, agent_user=folder.agent_user,
                           solution_env=folder.solution_env, cpus=folder.cpus, memory_mb=folder.memory_mb,
                           storage_mb=folder.storage_mb, network=folder.network, env=folder.environment_env,
-                          metadata=folder.metadata)
+                          metadata=folder.metadata, steps=folder.steps, multi_step_reward=folder.multi_step_reward,
+                          artifacts=folder.artifacts, instruction=folder.task_instruction)
         return Task(instance_id=folder.name, repo=folder.title, problem_statement=folder.instruction, image=image,
                     workdir=folder.workdir or image_workdir(image, client) or "/", source="harbor", harbor=spec,
                     difficulty=str(folder.metadata.get("difficulty", "")))
