@@ -1,6 +1,6 @@
 """Multi-step Harbor task folders (fast tier: no image is built): the Harbor cookbook's recipe read into its steps,
 the tests each step's verifier gets, what a step inherits from the task, an error naming the file and the key for
-every problem of a step."""
+every problem of a step, and the round trip through export."""
 
 import shutil
 from pathlib import Path
@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from patchgym.sandbox import SandboxConfig
 from patchgym.tasks.harbor import importer
+from patchgym.tasks.harbor.export import write_back
 from patchgym.tasks.harbor.folders import HarborTaskError, read_folder, unpack
 from patchgym.tasks.task import HarborArtifact, HarborHealthcheck, HarborSpec
 
@@ -255,3 +256,36 @@ def test_unknown_step_keys_are_warnings(one_step):
         "[[steps]][1].agent.shade: not a key patchgym reads; ignored",
         "[[steps]][1].verifier.network_mode: not a key patchgym reads; ignored",
         "[[steps]][1].healthcheck.tone: not a key patchgym reads; ignored"]
+
+
+def round_trip(folder: Path, out: Path):
+    """folder read into a task, the task exported to out/, out read into a task again."""
+    config = SandboxConfig(backend="docker")
+    task = importer.to_task(read_folder(folder), config)
+    write_back(task, out / folder.name)
+    return task, importer.to_task(read_folder(out / folder.name), config)
+
+
+def test_a_round_trip_keeps_every_field_of_the_recipe(stubbed_build, tmp_path):
+    task, again = round_trip(RECIPE, tmp_path / "out")
+    assert again.harbor.folder == str(tmp_path / "out" / "cookbook-multi-step")
+    assert again.model_copy(update={"harbor": again.harbor.model_copy(update={"folder": task.harbor.folder})}) == task
+    out = tmp_path / "out" / "cookbook-multi-step"
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == sorted(
+        p.relative_to(RECIPE).as_posix() for p in RECIPE.rglob("*") if p.is_file() and p.name != "README.md")
+
+
+def test_a_round_trip_keeps_what_a_step_overrides_and_inherits(recipe, stubbed_build, tmp_path):
+    (recipe / "task.toml").write_text(OVERRIDES)
+    (recipe / "instruction.md").write_text("An overview no agent is shown.\n")
+    (recipe / "tests" / "data").mkdir()
+    (recipe / "tests" / "data" / "a.txt").write_text("shared")
+    (recipe / "steps" / "scaffold" / "tests" / "data").write_text("the step's")
+    (recipe / "steps" / "implement" / "tests" / "helpers.sh").write_text("# the step's own helpers\n")
+    (recipe / "steps" / "implement" / "tests" / "empty").mkdir()
+    shutil.rmtree(recipe / "steps" / "document" / "tests")
+    (recipe / "tests" / "test.sh").write_text("#!/bin/bash\necho fallback\n")
+    task, again = round_trip(recipe, tmp_path / "out")
+    assert task.harbor.multi_step_reward == "final" and task.harbor.instruction == "An overview no agent is shown.\n"
+    assert again.harbor.model_copy(update={"folder": ""}) == task.harbor.model_copy(update={"folder": ""})
+    assert again.model_dump(exclude={"harbor"}) == task.model_dump(exclude={"harbor"})

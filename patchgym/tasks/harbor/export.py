@@ -8,7 +8,9 @@ A factory task (graded from pytest's own report) becomes:
                              grader does and writes /logs/verifier/reward.txt; beside it the hidden test files, the
                              report plugin and its reader, task.json (the test ids, the command, the owned files)
     solution/solve.sh        applies the gold patch (solution/gold.patch) in the working directory
-A task imported from a Harbor folder is written back as it came (its image as the Dockerfile's FROM). Other
+A task imported from a Harbor folder is written back as it came (its image as the Dockerfile's FROM), a multi-step
+one with its [[steps]] and steps/NAME/{instruction.md,tests/,solution/,workdir/}, so that reading it again gives the
+same task. Other
 imported rows are graded by their harness's log parsers, which do not travel yet: they are refused by name.
 """
 
@@ -25,7 +27,7 @@ from patchgym.env.workspace import BASE_GIT_DIR, apply_patch, check_out_start
 from patchgym.sandbox import SandboxConfig, open_sandbox
 from patchgym.sandbox.images import base_recipe
 from patchgym.tasks.harbor.folders import HarborTaskError, unpack
-from patchgym.tasks.task import Task
+from patchgym.tasks.task import HarborArtifact, HarborSpec, HarborStep, Task
 
 VERIFY_SOURCE = (Path(__file__).parent / "verify_script.py").read_text()
 REPORT_PATH = "/logs/verifier/report.jsonl"
@@ -130,7 +132,11 @@ def write_back(task: Task, folder: Path) -> None:
     if spec.solution:
         unpack(spec.solution, folder / "solution")
     _write(folder / "environment" / "Dockerfile", f"FROM {task.image}\nWORKDIR {task.workdir}\n")
-    _write(folder / "instruction.md", task.problem_statement)
+    instruction = spec.instruction if spec.steps else task.problem_statement
+    if instruction:
+        _write(folder / "instruction.md", instruction)
+    for step in spec.steps:
+        write_step(step, folder / "steps" / step.name, folder / "tests")
     environment = {"workdir": task.workdir, "network_mode": "public" if spec.network else "no-network",
                    **({"cpus": spec.cpus} if spec.cpus else {}),
                    **({"memory_mb": spec.memory_mb} if spec.memory_mb else {}),
@@ -142,16 +148,87 @@ def write_back(task: Task, folder: Path) -> None:
                      **({"env": spec.verifier_env} if spec.verifier_env else {})},
         "agent": {"user": spec.agent_user, **({"timeout_sec": spec.agent_timeout_s} if spec.agent_timeout_s else {})},
         "environment": environment,
-        **({"solution": {"env": spec.solution_env}} if spec.solution_env else {})}))
+        **({"solution": {"env": spec.solution_env}} if spec.solution_env else {}),
+        **({"multi_step_reward_strategy": spec.multi_step_reward}
+           if spec.steps or spec.multi_step_reward != "mean" else {}),
+        **({"artifacts": [_artifact(a) for a in spec.artifacts]} if spec.artifacts else {}),
+        **({"steps": [step_table(task, step) for step in spec.steps]} if spec.steps else {})}))
+
+
+def write_step(step: HarborStep, folder: Path, shared: Path) -> None:
+    """steps/NAME/: its instruction, its tests (less what the task's tests/ already gives), solution/ and workdir/."""
+    _write(folder / "instruction.md", step.instruction)
+    unpack(step.tests, folder / "tests")
+    _drop_shared(folder / "tests", shared)
+    for name, data in (("solution", step.solution), ("workdir", step.workdir)):
+        if data:
+            unpack(data, folder / name)
+
+
+def _drop_shared(tests: Path, shared: Path) -> None:
+    """Remove from a step's tests/ the files and empty folders the task's tests/ has the same: laid over it again,
+    what is left gives the step's tests back."""
+    for item in sorted(tests.rglob("*"), reverse=True):  # a folder's files before the folder
+        twin = shared / item.relative_to(tests)
+        if item.is_file() and not item.is_symlink() and twin.is_file() and not twin.is_symlink() \
+                and item.read_bytes() == twin.read_bytes() and _executable(item) == _executable(twin):
+            item.unlink()
+        elif item.is_dir() and twin.is_dir() and not any(item.iterdir()):
+            item.rmdir()
+    if not any(tests.iterdir()):
+        tests.rmdir()
+
+
+def _executable(path: Path) -> bool:
+    return bool(path.stat().st_mode & 0o111)
+
+
+def step_table(task: Task, step: HarborStep) -> dict:
+    """A [[steps]] table that reads back as `step`: its values written out whole, as they override the task's."""
+    check = step.healthcheck
+    return {
+        "name": step.name,
+        "agent": {"user": step.agent_user, **({"timeout_sec": step.agent_timeout_s} if step.agent_timeout_s else {})},
+        "verifier": {"timeout_sec": step.verifier_timeout_s, "user": step.verifier_user,
+                     **({"env": step.verifier_env} if step.verifier_env else {})},
+        **({"min_reward": step.min_reward} if step.min_reward is not None else {}),
+        **({"healthcheck": {"command": check.command, "interval_sec": check.interval_s, "timeout_sec": check.timeout_s,
+                            "retries": check.retries, "start_period_sec": check.start_period_s,
+                            "start_interval_sec": check.start_interval_s}} if check else {}),
+        **({"artifacts": [_artifact(a) for a in own]} if (own := _own_artifacts(task, step)) else {})}
+
+
+def _own_artifacts(task: Task, step: HarborStep) -> list[HarborArtifact]:
+    """The step's artifacts past the task's (a step's list starts with the task's, as Harbor appends them)."""
+    spec: HarborSpec = task.harbor
+    if step.artifacts[:len(spec.artifacts)] != spec.artifacts:
+        raise HarborTaskError(f"task {task.instance_id}: step {step.name!r}: its artifacts do not start with the "
+                              "task's, so no task.toml gives them (a step's are the task's and then its own)")
+    return step.artifacts[len(spec.artifacts):]
+
+
+def _artifact(artifact: HarborArtifact) -> str | dict:
+    if artifact.destination is None and not artifact.exclude:
+        return artifact.source
+    return {"source": artifact.source, **({"destination": artifact.destination} if artifact.destination else {}),
+            **({"exclude": artifact.exclude} if artifact.exclude else {})}
 
 
 def to_toml(data: dict) -> str:
-    """A task.toml: top-level values, then one [table] per dict (a dict inside a table is an inline table)."""
-    lines = [f"{k} = {_value(v)}" for k, v in data.items() if not isinstance(v, dict)]
+    """A task.toml: top-level values, then one [table] per dict, then one [[name]] per dict of a list of dicts (a dict
+    inside a table is an inline table)."""
+    lines = [f"{k} = {_value(v)}" for k, v in data.items() if not isinstance(v, dict) and not _tables(v)]
     for name, table in data.items():
         if isinstance(table, dict) and table:
             lines += ["", f"[{name}]"] + [f"{_key(k)} = {_value(v)}" for k, v in table.items()]
+    for name, tables in data.items():
+        for table in tables if _tables(tables) else []:
+            lines += ["", f"[[{name}]]"] + [f"{_key(k)} = {_value(v)}" for k, v in table.items()]
     return "\n".join(lines) + "\n"
+
+
+def _tables(value) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
 
 
 def _key(key: str) -> str:
