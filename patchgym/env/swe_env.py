@@ -10,6 +10,8 @@ A Harbor task is different: its state is the whole container, so its working dir
 this sandbox once the episode is over (patchgym.env.grading.families.harbor).
 """
 
+import time
+
 from patchgym.env.base import StepResult
 from patchgym.env.grading.families import family_of
 from patchgym.env.grading.grade import Grade
@@ -36,11 +38,12 @@ class SWEEnv:
         self.base_commit = ""
         self.format_errors = 0
         self.steps = 0
+        self._deadline: float | None = None  # a Harbor task's [agent].timeout_sec, from reset
 
     def reset(self, task: Task) -> str:
         """Start the task's sandbox and workspace; returns the problem statement (the first observation)."""
         self.close()
-        self.task, self.format_errors, self.steps = task, 0, 0
+        self.task, self.format_errors, self.steps, self._deadline = task, 0, 0, None
         limits = harbor_limits(task, self.config.env, allow_network=self.config.task_network)
         if self.pools is not None:
             self._pool = self.pools.pool(task.image or None, task.workdir, **limits)
@@ -50,6 +53,8 @@ class SWEEnv:
                                         image=task.image or None)
         if task.harbor is not None:
             self._enter_harbor(task)
+            own = task.harbor.agent_timeout_s
+            self._deadline = None if own is None else time.monotonic() + own
             return task.problem_statement
         self._remove_hidden(task)  # before the base snapshot, so that their removal is not part of the agent's patch
         self.base_commit = prepare_workspace(self.sandbox, task)
@@ -96,8 +101,15 @@ class SWEEnv:
         except FormatError as exc:
             self.format_errors += 1
             return StepResult(str(exc), False, format_error=str(exc))
-        result = run_tool(self.sandbox, call, timeout=self.command_timeout, python=self.config.python)
+        result = run_tool(self.sandbox, call, timeout=self.command_limit(), python=self.config.python)
         return StepResult(result.observation, result.done, call=call, exit_code=result.exit_code)
+
+    def command_limit(self) -> float:
+        """How long the next command may run: the per-command limit, or on a Harbor task with an [agent].timeout_sec
+        what is left of it (Harbor bounds the agent's whole run, not each command: a solve.sh may take minutes)."""
+        if self._deadline is None:
+            return self.command_timeout
+        return max(1.0, self._deadline - time.monotonic())
 
     def patch(self, max_bytes: int) -> str:
         """The agent's change: git diff of the whole workspace against the starting commit (its copy outside the
@@ -126,14 +138,16 @@ class SWEEnv:
 
 
 def harbor_limits(task: Task, config_env: dict[str, str] | None = None, *, allow_network: bool = True) -> dict:
-    """The sandbox settings a Harbor task's task.toml asks for (none for other tasks): cpus, memory, network (never
-    where `allow_network` is false), its environment variables (over the config's `config_env`) and the agent's
-    user (root unless it names one)."""
+    """The sandbox settings of a Harbor task (none for other tasks): what its task.toml asks for (cpus, memory,
+    network (never where `allow_network` is false), its environment variables over the config's `config_env`, the
+    agent's user (root unless it names one)), and background processes that live on, with private directories for
+    the verifier."""
     spec = task.harbor
     if spec is None:
         return {}
     config_env = config_env or {}
-    limits: dict = {"network": spec.network and allow_network}
+    # What the agent starts lives until verification, which runs with directories of its own (families/harbor.py).
+    limits: dict = {"network": spec.network and allow_network, "keep_background": True, "private_mounts": True}
     if spec.env:
         limits["env"] = {**config_env, **spec.env}
     if spec.cpus is not None:

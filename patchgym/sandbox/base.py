@@ -8,6 +8,7 @@
 import base64
 import builtins
 import io
+import json
 import tarfile
 import threading
 import uuid
@@ -49,6 +50,7 @@ class Sandbox:
     """One isolated machine-like workspace. Subclasses implement `_start` (returns the runner's channel) and `_stop`."""
 
     backend = ""
+    isolates = False  # whether commands may have private directories (exec's `private`)
 
     def __init__(self, config: SandboxConfig | None = None, *, image: Any = None, labels: dict[str, str] | None = None):
         self.config = config or SandboxConfig()
@@ -73,9 +75,16 @@ class Sandbox:
                 raise SandboxError(f"{exc} while starting{'; ' + hint if hint else ''}") from exc
             if not hello.get("ready"):
                 raise SandboxError(f"{self.id}: unexpected greeting from the runner: {hello!r}")
+            self.isolates = bool(hello.get("isolate"))
         except BaseException:
             self.close()
             raise
+
+    def runner_command(self) -> list[str]:
+        """The command that starts the runner, for a backend to run as its main process."""
+        cfg = self.config
+        options = {"keep": cfg.keep_background, "isolate": cfg.private_mounts}
+        return [cfg.python, "-c", RUNNER_SOURCE, cfg.workdir, json.dumps(options)]
 
     # -- what backends provide ------------------------------------------------------------------
     def _start(self) -> Channel:
@@ -100,7 +109,7 @@ class Sandbox:
     # -- the contract ---------------------------------------------------------------------------
     def exec(self, command: str | list[str], timeout: float | None = None, cwd: str | None = None,
              env: dict[str, str] | None = None, output_limit: int | None = None, agent: bool = False,
-             side_channel: int | None = None) -> ExecResult:
+             side_channel: int | None = None, private: list[dict] | None = None) -> ExecResult:
         """Run `command` (a string goes to `bash -c`) and return its merged output, exit code and timing.
 
         `agent`: the command is the agent's own (or the code under test, when grading). It runs as
@@ -108,14 +117,18 @@ class Sandbox:
         first, so a sandbox that died before it stays an infrastructure error; one that dies while it runs, of
         something inside, raises `SandboxKilled`.
         `side_channel`: give the command a side channel (descriptor runner.SIDE_CHANNEL_FD) whose other end only the
-        runner holds; up to this many bytes of what it writes there come back in `ExecResult.side_channel`."""
+        runner holds; up to this many bytes of what it writes there come back in `ExecResult.side_channel`.
+        `private`: run the command in a mount namespace of its own, with an empty tmpfs at each directory given as
+        {"path", "uid" (its owner), "files" (name -> base64, written there), "fd" (a descriptor the command gets for
+        it)}; only where `isolates` (config.private_mounts, and a backend that allows it)."""
         timeout = self.config.exec_timeout_s if timeout is None else timeout
         if agent:
             self.ping()
         ooms_before = self._oom_kills()
         fields = dict(cmd=command, timeout=timeout, cwd=cwd, env={**COMMAND_ENV, **self.config.env, **(env or {})},
                       limit=output_limit or self.config.output_limit_bytes,
-                      user=self.config.agent_user if agent else None, side_channel=side_channel)
+                      user=self.config.agent_user if agent else None, side_channel=side_channel,
+                      private=private)
         try:
             reply = self._request("exec", ANSWER_GRACE_S + timeout, **fields)
         except SandboxError as exc:

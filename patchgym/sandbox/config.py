@@ -31,6 +31,12 @@ class SandboxConfig(BaseModel):
     task_network: bool = Field(True, description="a Harbor task's sandbox gets the network its task.toml asks for "
                                "(on where it says nothing, as in Harbor); false: every sandbox stays offline, "
                                "whatever a task asks (RL on agents one does not trust)")
+    keep_background: bool = Field(False, description="what a command leaves running in the background lives on (a "
+                                  "Harbor task's services and jobs, as in Harbor); false: a command's whole process "
+                                  "tree ends with it")
+    private_mounts: bool = Field(False, description="the sandbox may run a command with directories only it sees (the "
+                                 "Harbor verifier's /tests and /logs/verifier, out of reach of what the agent left "
+                                 "running); its container holds CAP_SYS_ADMIN for this, which no command gets")
     memory_mb: int = Field(4096, gt=0, description="memory limit per sandbox")
     pids: int = Field(1024, gt=0, description="process limit per sandbox")
     cpus: float = Field(1.0, gt=0, description="CPU quota per sandbox, in cores")

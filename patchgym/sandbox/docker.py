@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from patchgym.sandbox import images, registry
-from patchgym.sandbox.base import RUNNER_SOURCE, Sandbox
+from patchgym.sandbox.base import Sandbox
 from patchgym.sandbox.channel import Channel, DockerAttachChannel
 from patchgym.sandbox.errors import SandboxError
 from patchgym.sandbox.limits import oom_kill_count
@@ -88,10 +88,12 @@ class DockerSandbox(Sandbox):
                 mem_limit=cfg.memory_mb * 2**20, memswap_limit=cfg.memory_mb * 2**20,
                 pids_limit=cfg.pids, nano_cpus=int(cfg.cpus * 1e9),
                 init=True, auto_remove=True, security_opt=["no-new-privileges"],
+                # private_mounts: the runner keeps this to itself (every command it starts gives it up).
+                cap_add=["SYS_ADMIN"] if cfg.private_mounts else None,
             )
             container = api.create_container(
                 # Root whatever the image's USER: the runner drops to the agent's uid for the agent's commands.
-                tag, command=[cfg.python, "-c", RUNNER_SOURCE, cfg.workdir], name=self.id, user="0:0",
+                tag, command=self.runner_command(), name=self.id, user="0:0",
                 stdin_open=True, detach=False, tty=False, labels=self.labels, environment=cfg.env,
                 host_config=host_config,
             )

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from patchgym.sandbox import images, lifecycle
-from patchgym.sandbox.base import RUNNER_SOURCE, Sandbox
+from patchgym.sandbox.base import Sandbox
 from patchgym.sandbox.docker import docker_client
 from patchgym.sandbox.errors import SandboxError
 from patchgym.sandbox.kube_channel import KubeExecChannel
@@ -161,10 +161,9 @@ class KubernetesSandbox(Sandbox):
                                f"{_api_error(exc)}") from exc
         self._pod = self.id
         self._wait_running(tag)
-        cfg = self.config
         try:
             ws = stream(core_api(kcfg, fresh=True).connect_get_namespaced_pod_exec, self.id, kcfg.namespace,
-                        container=CONTAINER, command=[cfg.python, "-c", RUNNER_SOURCE, cfg.workdir],
+                        container=CONTAINER, command=self.runner_command(),
                         stdin=True, stdout=True, stderr=True, tty=False, binary=True, _preload_content=False,
                         _request_timeout=kcfg.request_timeout_s)
         except (ApiException, WebSocketException, OSError) as exc:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from patchgym import paths
 from patchgym.sandbox import images, registry
-from patchgym.sandbox.base import RUNNER_SOURCE, Sandbox
+from patchgym.sandbox.base import Sandbox
 from patchgym.sandbox.channel import Channel, PipeChannel
 from patchgym.sandbox.errors import SandboxError
 from patchgym.sandbox.limits import Cgroup, parent_dirs
@@ -108,7 +108,7 @@ class LocalSandbox(Sandbox):
             bwrap += ["--setenv", key, value]
         argv = ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", _MOUNT_SCRIPT, "sh",
                 ":".join(map(str, layers)), str(upper), str(work), str(merged),
-                *bwrap, "--", cfg.python, "-c", RUNNER_SOURCE, cfg.workdir]
+                *bwrap, "--", *self.runner_command()]
         self._log = open(self._dir / "stderr.log", "wb")
         try:
             self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,

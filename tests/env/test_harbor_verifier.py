@@ -47,9 +47,10 @@ def test_a_score_named_by_a_reward_the_verifier_did_not_write_says_which_it_wrot
 def test_a_harbor_task_gets_its_limits_and_user():
     spec = HarborSpec(tests="x", cpus=2, memory_mb=512, network=True, env={"A": "1"}, agent_user="1001")
     task = Task(instance_id="t", repo="r", problem_statement="p", harbor=spec)  # no FAIL_TO_PASS: its verifier grades
+    lives = {"keep_background": True, "private_mounts": True}  # what the agent starts lives; the verifier is apart
     assert harbor_limits(task, {"B": "2"}) == {"network": True, "cpus": 2, "memory_mb": 512, "agent_user": 1001,
-                                               "env": {"B": "2", "A": "1"}}
+                                               "env": {"B": "2", "A": "1"}, **lives}
     root = task.model_copy(update={"harbor": HarborSpec(tests="x")})
-    assert harbor_limits(root) == {"network": False, "agent_user": 0}
+    assert harbor_limits(root) == {"network": False, "agent_user": 0, **lives}
     assert harbor_limits(task, allow_network=False)["network"] is False  # sandbox.task_network = false
     assert harbor_limits(Task(instance_id="t", repo="r", problem_statement="p", FAIL_TO_PASS=["t"])) == {}

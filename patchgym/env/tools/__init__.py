@@ -53,7 +53,8 @@ def run_tool(sandbox, call: ToolCall, *, timeout: float = COMMAND_TIMEOUT_S,
         sandbox.write_file(args_file, args)
         args = "@" + args_file
     # -I: the task's PYTHON* variables (a PYTHONPATH into the repository, say) must not change how the tools run.
-    result = sandbox.exec([python, "-I", SCRIPT_PATH, call.name, args, f"{timeout:g}"],
+    keep = ["keep"] if sandbox.config.keep_background else []  # background jobs live on (a Harbor task's sandbox)
+    result = sandbox.exec([python, "-I", SCRIPT_PATH, call.name, args, f"{timeout:g}", *keep],
                           timeout=timeout + SCRIPT_GRACE_S, agent=True)
     if result.timed_out:
         return ToolResult(f"Execution output of [{call.name}]:\nERROR: the tool did not answer within "

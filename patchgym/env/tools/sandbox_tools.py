@@ -26,6 +26,8 @@ MAX_SEARCH_FILES = 100
 MAX_FILE_BYTES = 64 << 20  # larger files are for head/grep, not for reading whole into the tool's memory
 CAPTURE_BYTES = 65536  # command output kept at each end while reading; far more than an observation shows
 DRAIN_AFTER_EXIT_S = 0.1  # background children may hold the pipe open: take what they wrote by then, then answer
+# `keep` (a Harbor task's sandbox): what a command leaves running in the background lives on.
+KEEP_BACKGROUND = False
 DIVIDER = "-" * 50
 ANSI = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[@-Z\\-_])")
 # What bash runs: a login shell's /etc/profile resets PATH (Debian, Ubuntu), so put the sandbox's PATH (the task's
@@ -126,6 +128,22 @@ def collect(proc, deadline):
             cap.add(chunk)
 
 
+def keep_reading(fd):
+    """What the command left running in the background lives on (a Harbor task's sandbox): a process of its own
+    reads their output to its end and drops it, so that they are never stopped by a closed pipe when we exit."""
+    if select.select([fd], [], [], 0)[0] and not os.read(fd, 65536):
+        return  # nothing holds the pipe any more
+    if os.fork() == 0:
+        try:
+            os.setsid()
+            os.closerange(0, fd)
+            os.closerange(fd + 1, 65536)
+            while os.read(fd, 65536):
+                pass
+        finally:
+            os._exit(0)
+
+
 def execute_bash(args, timeout):
     command = arg(args, "command", True)
     if not command.strip():
@@ -139,6 +157,8 @@ def execute_bash(args, timeout):
     cap, timed_out = collect(proc, time.monotonic() + timeout)
     if timed_out:
         kill_tree(proc)
+    elif KEEP_BACKGROUND:
+        keep_reading(proc.stdout.fileno())
     text, lines = captured_text(cap)
     body = clip_middle(text, lines) if text else "(no output)"
     code = 124 if timed_out else (proc.returncode if proc.returncode >= 0 else 128 - proc.returncode)
@@ -449,9 +469,11 @@ TOOLS = {"execute_bash": execute_bash, "search": search, "file_editor": file_edi
 
 
 def main(argv):
-    if len(argv) != 4 or argv[1] not in TOOLS:
-        sys.stderr.write("usage: sandbox_tools.py {{{}}} JSON_ARGS|@FILE TIMEOUT_S\n".format(",".join(TOOLS)))
+    global KEEP_BACKGROUND
+    if len(argv) not in (4, 5) or argv[1] not in TOOLS or argv[4:] not in ([], ["keep"]):
+        sys.stderr.write("usage: sandbox_tools.py {{{}}} JSON_ARGS|@FILE TIMEOUT_S [keep]\n".format(",".join(TOOLS)))
         return 2
+    KEEP_BACKGROUND = argv[4:] == ["keep"]
     name, raw = argv[1], argv[2]
     if raw.startswith("@"):  # arguments too long for a command line come in a file
         with open(raw[1:], "rb") as f:

@@ -1,16 +1,26 @@
 """The `harbor` family: a Harbor task's own verifier, run in the agent's sandbox as the episode ends (in place, not a
-patch in a fresh sandbox), as Harbor's shared mode runs it.
+patch in a fresh sandbox), as Harbor's shared mode runs it, with what the agent left running (services, background
+jobs) still running.
 
-    empty /tests and /logs/verifier (nothing the agent left there counts: no reward, helper or report it planted)
-    -> upload the task's tests/ to /tests -> `bash /tests/test.sh` from the working directory, as the verifier's
-    user, under the verifier's timeout -> the reward from /logs/verifier/reward.txt (one number), else reward.json
-    (an object of named numbers, every one kept in the grade's `rewards`)
+    test.sh runs in a mount namespace of its own where /tests and /logs/verifier are empty tmpfs directories only it
+    sees -> the task's tests/ unpacked into /tests -> `bash /tests/test.sh` from the working directory, as the
+    verifier's user, under the verifier's timeout -> the reward from /logs/verifier/reward.txt (one number), else
+    reward.json (an object of named numbers, every one kept in the grade's `rewards`), read through a descriptor of
+    that directory and sent back through the runner's side channel
+
+What the agent left running (even as root) can neither plant nor overwrite the tests or the reward: it does not see
+those directories, cannot enter the namespace (no CAP_SYS_ADMIN), and cannot trace or read the verifier's processes
+(the runner's `isolate` option takes CAP_AUDIT_WRITE from the agent's commands, and the kernel lets one process
+trace another of its uid only when it holds every capability the other holds). As in Harbor's shared mode, an agent
+that runs as root can still change the programs test.sh runs. Where a backend cannot give a command private
+directories, /tests and /logs/verifier are emptied in place instead, and the agent's root processes could race the
+verifier there.
 
 The grade's `score` is the reward training sees (non-binary rewards reach training as they are): the one number of
 reward.txt, or of reward.json's named ones the one `rollout.harbor_score` picks (`score_of`); `resolved` is score >=
-the config's threshold. No reward file, or one that is not a number, is `no_tests_ran`; a run over the timeout is
-`timeout`. The agent's processes keep running (a task may be "start this service"), so an agent that runs as root
-could still race the verifier; tasks whose agent user is not root cannot write /tests or /logs/verifier at all.
+the config's threshold. A verifier that ran and wrote no reward, or one that is not a number, scores 0 (the detail
+says why); `no_tests_ran` is a verifier that could not run (its tests/ did not unpack, its user does not exist); a
+run over the timeout is `timeout`.
 """
 
 import base64
@@ -27,6 +37,8 @@ from patchgym.tasks.task import Task
 TESTS_DIR, VERIFIER_LOGS = "/tests", "/logs/verifier"
 ARCHIVE = "/var/lib/patchgym/harbor-tests.tar.gz"  # root's, outside /tests, removed once unpacked
 LOG_LIMIT = 4 << 20
+REWARD_LIMIT = 1 << 20  # of each reward file
+_ARCHIVE_NAME = ".patchgym-tests.tar.gz"
 
 
 @register_family
@@ -47,39 +59,111 @@ class HarborVerifier(GradingFamily):
 
 def verify(sandbox: Sandbox, task: Task, *, threshold: float = 1.0, score: str = "auto") -> Grade:
     """Run `task`'s Harbor verifier in `sandbox` (the agent's, after its episode); a SandboxError means infra. The
-    grade's score is `score_of(rewards, score)`; every named reward is kept in the grade."""
+    grade's score is `score_of(rewards, score)`; every named reward is kept in the grade. A verifier that ran and
+    wrote no reward (or one that is not a number) scores 0; `no_tests_ran` is for a verifier that could not run."""
     spec = task.harbor
     if spec is None:
         raise ValueError(f"task {task.instance_id} is not a Harbor task: it is graded by its patch")
-    as_root = spec.verifier_user in ("root", "0")
-    sandbox.write_file(ARCHIVE, base64.b64decode(spec.tests))
-    setup = (f"rm -rf {TESTS_DIR} {VERIFIER_LOGS} && mkdir -p {TESTS_DIR} {VERIFIER_LOGS} /logs/agent && "
-             f"tar -xzf {ARCHIVE} -C {TESTS_DIR} --no-same-owner && rm -f {ARCHIVE} && chmod +x {TESTS_DIR}/test.sh"
-             + ("" if as_root else f" && chown {shlex.quote(spec.verifier_user)} {VERIFIER_LOGS}"))
-    result = sandbox.exec(setup, timeout=300)
     grade = Grade(instance_id=task.instance_id)
-    if not result.ok:
-        return grade.model_copy(update={"error": "infra", "error_detail": f"uploading tests/: {result.output[-2000:]}"})
+    uid = _verifier_uid(sandbox, spec.verifier_user)
+    if isinstance(uid, str):
+        return grade.model_copy(update={"error": "no_tests_ran", "error_detail": uid})
     command = ["bash", f"{TESTS_DIR}/test.sh"]
-    if not as_root:
-        command = ["setpriv", f"--reuid={spec.verifier_user}", f"--regid={spec.verifier_user}", "--clear-groups",
-                   *command]
-    run = sandbox.exec(f"{shlex.join(command)} > {VERIFIER_LOGS}/test-stdout.txt 2>&1; code=$?; "
-                       f"tail -c 65536 {VERIFIER_LOGS}/test-stdout.txt; exit $code",
-                       cwd=task.workdir, timeout=spec.verifier_timeout_s, env=spec.verifier_env,
-                       output_limit=LOG_LIMIT)
+    if uid is not None:
+        command = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *command]
+    run, rewards = (_run_private if sandbox.isolates else _run_shared)(sandbox, task, shlex.join(command), uid)
+    if run is None:
+        return grade.model_copy(update={"error": "no_tests_ran", "error_detail": rewards})
     grade.exit_code = run.exit_code
     if run.timed_out:
         return grade.model_copy(update={"error": "timeout",
                                         "error_detail": f"test.sh ran over {spec.verifier_timeout_s:g} s"})
     try:
-        named, from_json = read_reward(sandbox)
+        named, from_json = parse_rewards(rewards)
         value = score_of(named, score)
     except RewardMissing as exc:
-        return grade.model_copy(update={"error": "no_tests_ran", "error_detail": f"{exc}; exit code {run.exit_code}; "
-                                                                                  f"log tail:\n{run.output[-2000:]}"})
+        return grade.model_copy(update={"score": 0.0, "error_detail": f"{exc}; exit code {run.exit_code}; log "
+                                                                       f"tail:\n{run.output[-2000:]}"})
     return grade.model_copy(update={"score": value, "resolved": value >= threshold,
                                     "rewards": named if from_json else {}})
+
+
+def _verifier_uid(sandbox: Sandbox, user: str) -> int | None | str:
+    """The verifier user's uid (None: root), or why it has none in this sandbox."""
+    if user in ("root", "0"):
+        return None
+    if user.isdigit():
+        return int(user)
+    found = sandbox.exec(["id", "-u", user], timeout=30)
+    if not found.ok or not found.output.strip().isdigit():
+        return f"[verifier].user {user!r} is not a user of the task's image: {found.output.strip()[-300:]}"
+    return int(found.output.strip()) or None
+
+
+# test.sh's output and the reward files, read from the directory the verifier was given (descriptor 4), not by its
+# path: a path the agent's processes renamed or relinked meanwhile can only lose the reward, never replace it. The
+# reward files go back through the side channel (descriptor 3), which test.sh does not get.
+_PRIVATE_SCRIPT = f"""
+tar -xzf {TESTS_DIR}/{{archive}} -C {TESTS_DIR} --no-same-owner && rm -f {TESTS_DIR}/{{archive}} \
+  && chmod +x {TESTS_DIR}/test.sh || {{{{ echo 'patchgym: could not unpack tests/'; exit 97; }}}}
+mkdir -p /logs/agent
+{{command}} > /proc/self/fd/4/test-stdout.txt 2>&1 3>&- 4>&-
+code=$?
+for name in reward.txt reward.json; do
+  file=/proc/self/fd/4/$name
+  [ -f "$file" ] || continue
+  size=$(head -c {REWARD_LIMIT} "$file" | wc -c)
+  printf '%s %s\n' "$name" "$size" >&3
+  head -c "$size" "$file" >&3
+done
+tail -c 65536 /proc/self/fd/4/test-stdout.txt
+exit $code
+"""
+def _run_private(sandbox: Sandbox, task: Task, command: str, uid: int | None):
+    """test.sh in a mount namespace of its own, with /tests and /logs/verifier empty tmpfs directories only it sees:
+    nothing the agent left running can plant or overwrite its tests or its reward. (run, the reward files)."""
+    spec = task.harbor
+    private = [{"path": TESTS_DIR, "files": {_ARCHIVE_NAME: spec.tests}},
+               {"path": VERIFIER_LOGS, "uid": uid, "fd": 4}]
+    script = _PRIVATE_SCRIPT.format(archive=_ARCHIVE_NAME, command=command)
+    run = sandbox.exec(["bash", "-c", script], cwd=task.workdir, timeout=spec.verifier_timeout_s,
+                       env=spec.verifier_env, output_limit=LOG_LIMIT, private=private,
+                       side_channel=2 * REWARD_LIMIT + 64)
+    if run.exit_code == 97 and "could not unpack tests/" in run.output:
+        return None, f"uploading tests/: {run.output[-2000:]}"
+    return run, split_rewards(run.side_channel)
+
+
+def split_rewards(channel: str) -> dict[str, str]:
+    """{file name: text} from the side channel's `NAME SIZE\nBYTES` records."""
+    found, rest = {}, channel
+    while rest:
+        head, _, rest = rest.partition("\n")
+        name, _, size = head.partition(" ")
+        if name not in ("reward.txt", "reward.json") or not size.isdigit():
+            break
+        found[name], rest = rest[:int(size)], rest[int(size):]
+    return found
+
+
+def _run_shared(sandbox: Sandbox, task: Task, command: str, uid: int | None):
+    """test.sh with /tests and /logs/verifier emptied in the sandbox's own filesystem (a backend that cannot give a
+    command private directories): what the agent left running as root could still write there."""
+    spec = task.harbor
+    sandbox.write_file(ARCHIVE, base64.b64decode(spec.tests))
+    setup = (f"rm -rf {TESTS_DIR} {VERIFIER_LOGS} && mkdir -p {TESTS_DIR} {VERIFIER_LOGS} /logs/agent && "
+             f"tar -xzf {ARCHIVE} -C {TESTS_DIR} --no-same-owner && rm -f {ARCHIVE} && chmod +x {TESTS_DIR}/test.sh"
+             + ("" if uid is None else f" && chown {uid} {VERIFIER_LOGS}"))
+    result = sandbox.exec(setup, timeout=300)
+    if not result.ok:
+        return None, f"uploading tests/: {result.output[-2000:]}"
+    run = sandbox.exec(f"{command} > {VERIFIER_LOGS}/test-stdout.txt 2>&1; code=$?; "
+                       f"tail -c 65536 {VERIFIER_LOGS}/test-stdout.txt; exit $code",
+                       cwd=task.workdir, timeout=spec.verifier_timeout_s, env=spec.verifier_env,
+                       output_limit=LOG_LIMIT)
+    files = {name: text for name in ("reward.txt", "reward.json")
+             if (text := _read(sandbox, f"{VERIFIER_LOGS}/{name}")) is not None}
+    return run, files
 
 
 SCORES = ("auto", "mean", "min", "max", "sum")
@@ -104,15 +188,13 @@ class RewardMissing(Exception):
     """The verifier wrote no reward, or one that is not a number."""
 
 
-def read_reward(sandbox: Sandbox) -> tuple[dict[str, float], bool]:
-    """(every named reward, whether they came from reward.json) from what the verifier wrote in /logs/verifier; a
+def parse_rewards(files: dict[str, str]) -> tuple[dict[str, float], bool]:
+    """(every named reward, whether they came from reward.json) from the reward files the verifier wrote; a
     reward.txt's one number is named "reward", as Harbor names it."""
-    text = _read(sandbox, f"{VERIFIER_LOGS}/reward.txt")
-    if text is not None:
-        return {"reward": parse_reward_txt(text)}, False
-    text = _read(sandbox, f"{VERIFIER_LOGS}/reward.json")
-    if text is not None:
-        return parse_reward_json(text), True
+    if "reward.txt" in files:
+        return {"reward": parse_reward_txt(files["reward.txt"])}, False
+    if "reward.json" in files:
+        return parse_reward_json(files["reward.json"]), True
     raise RewardMissing(f"the verifier wrote neither {VERIFIER_LOGS}/reward.txt nor reward.json")
 
 

@@ -1,0 +1,107 @@
+"""Harbor folders whose environment lives, run as Harbor's shared mode runs them: a service the image's ENTRYPOINT
+starts, a server the agent leaves running for the verifier, a solve.sh longer than the agent's per-command limit
+(bounded by [agent].timeout_sec), and an agent's leftover process that tries to write the reward.
+
+Each folder was first run by hand as Harbor runs it (built, started with its ENTRYPOINT and `sleep infinity`,
+solve.sh and then test.sh through `docker exec` in that one container): oracle 1, null 0. On docker only: building
+a folder's environment needs the Docker engine."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from patchgym.agent.config import AgentConfig
+from patchgym.agent.scripts import NullScript, OracleScript
+from patchgym.env.grading.families.harbor import verify
+from patchgym.env.swe_env import harbor_limits
+from patchgym.env.tools.calls import ToolCall, render_call_xml
+from patchgym.eval.run import evaluate
+from patchgym.rollout import RolloutConfig, ScriptedAgent
+from patchgym.sandbox import SandboxConfig, open_sandbox
+from patchgym.sandbox.images import base_recipe
+from patchgym.tasks.harbor.importer import import_harbor
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "harbor"
+FOLDERS = ("entrypoint-service", "background-job")
+
+pytestmark = pytest.mark.parametrize("backend", ["docker"], indirect=True)
+
+# Left running by the agent (as root): writes a reward of 1 wherever the verifier may look for one, before, while and
+# after test.sh runs, through every process's root too, and puts a test.sh of its own in /tests.
+FORGER = r"""cat > /tmp/forge.sh <<'SH'
+while :; do
+  for root in / /proc/[0-9]*/root/; do
+    mkdir -p $root/logs/verifier $root/tests 2>/dev/null
+    echo 1 > $root/logs/verifier/reward.txt 2>/dev/null
+    printf '#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n' > $root/tests/test.sh 2>/dev/null
+  done
+  sleep 0.01
+done
+SH
+nohup bash /tmp/forge.sh > /dev/null 2>&1 &
+echo forging"""
+
+
+class Commands:
+    def __init__(self, *commands: str):
+        self.commands = commands
+
+    def act(self, task, observation, turn):
+        if turn < len(self.commands):
+            return render_call_xml(ToolCall("execute_bash", {"command": self.commands[turn]}))
+        return render_call_xml(ToolCall("finish", {}))
+
+
+@pytest.fixture
+def tasks(backend, tmp_path):
+    out = tmp_path / "harbor"
+    for name in FOLDERS:
+        shutil.copytree(FIXTURES / name, out / name)
+        dockerfile = out / name / "environment" / "Dockerfile"
+        dockerfile.write_text(dockerfile.read_text().replace("FROM patchgym/base", f"FROM {base_recipe().tag}"))
+    result = import_harbor(out, SandboxConfig(backend="docker"))
+    assert result.errors == []
+    return {t.instance_id: t for t in result.tasks}
+
+
+def run(tasks, script, tmp_path, name, agent=None):
+    summary = evaluate(list(tasks), ScriptedAgent(script, agent), SandboxConfig(backend="docker"), tmp_path / name,
+                       rollout=RolloutConfig(), progress=False)
+    records = {r["task_id"]: r for r in map(json.loads, (tmp_path / name / "trajectories.jsonl").read_text()
+                                            .splitlines())}
+    return summary, records
+
+
+def test_services_and_background_jobs_live_until_verification_and_solve_sh_has_the_agents_time(tasks, tmp_path):
+    # The per-command limit is 3 s; background-job's solve.sh takes 8 s, within its [agent].timeout_sec of 60.
+    quick = AgentConfig(command_timeout_s=3)
+    summary, records = run(tasks.values(), OracleScript(), tmp_path, "oracle", quick)
+    assert {k: r["grade"]["score"] for k, r in records.items()} == {"entrypoint-service": 1.0, "background-job": 1.0}
+    assert summary["resolve_rate"] == 1.0
+    summary, records = run(tasks.values(), NullScript(), tmp_path, "null", quick)
+    assert {k: r["grade"]["score"] for k, r in records.items()} == {"entrypoint-service": 0.0, "background-job": 0.0}
+    slow = Commands("sleep 5; echo late")  # an agent's own command still has its limit when the task sets none
+    _, records = run([tasks["entrypoint-service"].model_copy(update={"harbor": tasks["entrypoint-service"].harbor
+                                                                    .model_copy(update={"agent_timeout_s": None})})],
+                     slow, tmp_path, "slow", quick)
+    assert "timed out after 3 s" in json.dumps(records["entrypoint-service"]["messages"])
+
+
+def test_what_the_agent_leaves_running_cannot_write_the_reward(tasks, tmp_path):
+    task = tasks["entrypoint-service"]
+    summary, records = run([task], Commands(FORGER), tmp_path, "forge")
+    assert records["entrypoint-service"]["grade"]["score"] == 0.0 and summary["resolve_rate"] == 0.0
+
+
+def test_the_forger_is_real_it_wins_where_the_verifier_shares_the_agents_directories(tasks):
+    task = tasks["entrypoint-service"]
+    for private, score in ((False, 1.0), (True, 0.0)):
+        config = SandboxConfig(backend="docker", workdir=task.workdir)
+        limits = {**harbor_limits(task), "private_mounts": private}
+        with open_sandbox(config.model_copy(update=limits), image=task.image) as sandbox:
+            assert sandbox.isolates is private
+            assert "forging" in sandbox.exec(FORGER, agent=True, timeout=30).output
+            grade = verify(sandbox, task)
+        assert grade.score == score, (private, grade)
