@@ -190,9 +190,12 @@ def tasks_import(source: str = typer.Argument(..., help="FILE.jsonl, FILE.parque
                                          "harbor (task folders)"),
                  out: Path = typer.Option(..., "--out", "-o", help="tasks JSONL to write"),
                  exclude_repos_of: Path | None = typer.Option(None, help="drop tasks whose repo is in this task file"),
+                 offline: bool = typer.Option(False, "--offline", help="build Harbor folders' environments without a "
+                                              "network (a step that downloads fails, naming the task and the step)"),
                  files: list[Path] = ConfigFiles, overrides: list[str] = Overrides) -> None:
     """Convert a public dataset, or Harbor task folders, into patchgym tasks; bad rows or folders are listed (with
-    the file, row or folder and the key), good ones kept. Harbor folders' environments are built here, offline."""
+    the file, row or folder and the key), good ones kept. Harbor folders' environments are built here, with the
+    network docker gives a build (none with --offline)."""
     from patchgym.tasks import write_tasks
     from patchgym.tasks.decontaminate import exclude_repos
     from patchgym.tasks.loaders import import_tasks
@@ -201,7 +204,7 @@ def tasks_import(source: str = typer.Argument(..., help="FILE.jsonl, FILE.parque
         from patchgym.tasks import read_tasks
         from patchgym.tasks.harbor.importer import import_harbor
 
-        result = import_harbor(source, _config(files, overrides).sandbox)
+        result = import_harbor(source, _config(files, overrides).sandbox, offline=offline)
         if exclude_repos_of:
             result.tasks, result.dropped = exclude_repos(result.tasks, read_tasks(exclude_repos_of))
     else:

@@ -251,6 +251,10 @@ def _act(env: Env, turn: Turn) -> bool:
 
 
 def time_limit(config: AgentConfig, task: Task) -> float:
-    """An episode's wall clock: agent.max_seconds, or a Harbor task's own agent timeout where that is shorter."""
+    """An episode's wall clock: agent.max_seconds, or a Harbor task's own agent timeout where that is shorter (a
+    multi-step task's: the sum of its steps', each step's own being kept by the environment)."""
     own = task.harbor.agent_timeout_s if task.harbor is not None else None
+    if task.harbor is not None and task.harbor.steps:
+        each = [s.agent_timeout_s for s in task.harbor.steps]
+        own = None if None in each else sum(each)
     return config.max_seconds if own is None else min(config.max_seconds, own)

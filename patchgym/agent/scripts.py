@@ -57,9 +57,15 @@ def _finish() -> str:
 
 class OracleScript:
     """Applies the task's gold patch with one bash command, then submits; on a Harbor task, its solution/ unpacked
-    to /solution and `bash /solution/solve.sh` run from the working directory, as Harbor's oracle does."""
+    to /solution and `bash /solution/solve.sh` run from the working directory, as Harbor's oracle does (on a
+    multi-step task, each step's, then finish, which moves on to the next step)."""
 
     def act(self, task: Task, observation: str, turn: int) -> str:
+        if task.harbor is not None and task.harbor.steps:  # each step's solve.sh, then finish, in order
+            plays = [call for step in task.harbor.steps for call in (
+                *([harbor_solve_command(task, step.solution)] if step.solution else []), None)]
+            command = plays[turn] if turn < len(plays) else None
+            return render_call_xml(ToolCall("execute_bash", {"command": command})) if command else _finish()
         if turn == 0 and task.harbor is not None:
             return render_call_xml(ToolCall("execute_bash", {"command": harbor_solve_command(task)})) \
                 if task.harbor.solution else _finish()
@@ -71,15 +77,19 @@ class OracleScript:
 
 
 def has_solution(task: Task) -> bool:
-    """Whether the oracle has anything to play on `task`: a gold patch, or a Harbor task's solution/."""
+    """Whether the oracle has anything to play on `task`: a gold patch, or a Harbor task's solution/ (every step's,
+    on a multi-step task)."""
+    if task.harbor is not None and task.harbor.steps:
+        return all(step.solution for step in task.harbor.steps)
     return bool(task.harbor.solution) if task.harbor is not None else bool(task.patch.strip())
 
 
-def harbor_solve_command(task: Task) -> str:
-    """One shell command that unpacks a Harbor task's solution/ to /solution and runs solve.sh with its env."""
+def harbor_solve_command(task: Task, solution: str | None = None) -> str:
+    """One shell command that unpacks a Harbor task's solution/ (or a step's, `solution`) to /solution and runs
+    solve.sh with its env."""
     exports = "".join(f"export {k}={shlex.quote(v)}; " for k, v in task.harbor.solution_env.items())
     return ("rm -rf /solution && mkdir -p /solution && "
-            f"echo {task.harbor.solution} | base64 -d | tar -xz -C /solution --no-same-owner && "
+            f"echo {solution or task.harbor.solution} | base64 -d | tar -xz -C /solution --no-same-owner && "
             f"cd {shlex.quote(task.workdir)} && export DEBIAN_FRONTEND=noninteractive; {exports}"
             "bash /solution/solve.sh")
 

@@ -7,7 +7,9 @@ grading starts a fresh sandbox from the image, where they still are.
 
 A Harbor task is different: its state is the whole container, so its working directory is left as the image has it
 (no snapshot, no patch), its sandbox gets the task's own limits and agent user, and `verify` runs its verifier in
-this sandbox once the episode is over (patchgym.env.grading.families.harbor).
+this sandbox once the episode is over (patchgym.env.grading.families.harbor). A multi-step one is played step by
+step (patchgym.env.harbor_steps): finish ends a step, whose verifier runs before the next step's instruction comes
+back as the observation.
 """
 
 import time
@@ -15,7 +17,8 @@ import time
 from patchgym.env.base import StepResult
 from patchgym.env.grading.families import family_of
 from patchgym.env.grading.grade import Grade
-from patchgym.env.tools import COMMAND_TIMEOUT_S, install_tools, run_tool
+from patchgym.env.harbor_steps import StepRun
+from patchgym.env.tools import COMMAND_TIMEOUT_S, FINISHED, install_tools, run_tool
 from patchgym.env.tools.calls import FormatError, parse_tool_call
 from patchgym.env.workspace import BASE_GIT_DIR, prepare_workspace
 from patchgym.sandbox import Sandbox, SandboxConfig, SandboxError, open_sandbox
@@ -39,11 +42,12 @@ class SWEEnv:
         self.format_errors = 0
         self.steps = 0
         self._deadline: float | None = None  # a Harbor task's [agent].timeout_sec, from reset
+        self._steps: StepRun | None = None  # a multi-step Harbor task's progress
 
     def reset(self, task: Task) -> str:
         """Start the task's sandbox and workspace; returns the problem statement (the first observation)."""
         self.close()
-        self.task, self.format_errors, self.steps, self._deadline = task, 0, 0, None
+        self.task, self.format_errors, self.steps, self._deadline, self._steps = task, 0, 0, None, None
         limits = harbor_limits(task, self.config.env, allow_network=self.config.task_network)
         if self.pools is not None:
             self._pool = self.pools.pool(task.image or None, task.workdir, **limits)
@@ -53,6 +57,11 @@ class SWEEnv:
                                         image=task.image or None)
         if task.harbor is not None:
             self._enter_harbor(task)
+            if task.harbor.steps:
+                self._steps = StepRun(self.sandbox, task)
+                if (problem := self._steps.begin()) is not None:
+                    self._steps.finish_step(problem)
+                return self._steps.step.instruction
             own = task.harbor.agent_timeout_s
             self._deadline = None if own is None else time.monotonic() + own
             return task.problem_statement
@@ -78,6 +87,8 @@ class SWEEnv:
     def verify(self, threshold: float = 1.0, score: str = "auto") -> Grade | None:
         """The episode's grade where the task's family grades in place (a Harbor task's verifier, run in this
         sandbox after the episode); None where the patch is graded in a fresh sandbox."""
+        if self._steps is not None:
+            return self._steps.task_grade(threshold, score, self.task.harbor.multi_step_reward)
         family = family_of(self.task)
         return family.verify(self.sandbox, self.task, threshold=threshold, score=score) if family.in_place else None
 
@@ -96,20 +107,35 @@ class SWEEnv:
         if self.sandbox is None:
             raise RuntimeError("SWEEnv.step before reset")
         self.steps += 1
+        if self._steps is not None and self._steps.over:
+            return StepResult(FINISHED, True)
+        if self._steps is not None and (left := self._steps.time_left()) is not None and left <= 0:
+            step = self._steps.step.name
+            return self._next_step(None, f"[The time for step {step} ran out before this action; its verifier has "
+                                         "run. The next step follows.]\n\n")
         try:
             call = parse_tool_call(action_text)
         except FormatError as exc:
             self.format_errors += 1
             return StepResult(str(exc), False, format_error=str(exc))
+        if call.name == "finish" and self._steps is not None:
+            return self._next_step(call)
         result = run_tool(self.sandbox, call, timeout=self.command_limit(), python=self.config.python)
         return StepResult(result.observation, result.done, call=call, exit_code=result.exit_code)
+
+    def _next_step(self, call, note: str = "") -> StepResult:
+        """A multi-step task's step is over: graded, then the next one's instruction, or done when none is left."""
+        instruction = self._steps.finish_step()
+        if instruction is None:
+            return StepResult(FINISHED, True, call=call)
+        return StepResult(note + instruction, False, call=call)
 
     def command_limit(self) -> float:
         """How long the next command may run: the per-command limit, or on a Harbor task with an [agent].timeout_sec
         what is left of it (Harbor bounds the agent's whole run, not each command: a solve.sh may take minutes)."""
-        if self._deadline is None:
-            return self.command_timeout
-        return max(1.0, self._deadline - time.monotonic())
+        left = self._steps.time_left() if self._steps is not None else (
+            None if self._deadline is None else self._deadline - time.monotonic())
+        return self.command_timeout if left is None else max(1.0, left)
 
     def patch(self, max_bytes: int) -> str:
         """The agent's change: git diff of the whole workspace against the starting commit (its copy outside the

@@ -1,4 +1,4 @@
-"""Harbor task folders end to end, on real images and sandboxes: import (images built offline from environment/),
+"""Harbor task folders end to end, on real images and sandboxes: import (images built from environment/),
 the verifier in the agent's own sandbox after the episode, non-binary rewards, an agent that plants a reward or a
 fake test.sh, and export then import of a factory task graded the same.
 
@@ -174,17 +174,19 @@ def test_an_exported_factory_task_from_the_task_factory_round_trips(ci_tasks, tm
     assert null["resolve_rate"] == 0.0 and null["grading_errors"] == 0
 
 
-def test_a_build_that_needs_the_network_or_a_missing_image_names_the_task_and_the_step(folders):
+def test_a_build_gets_the_network_unless_offline_and_a_failure_names_the_task_and_the_step(folders):
     dockerfile = folders / "service-config" / "environment" / "Dockerfile"
     dockerfile.write_text(dockerfile.read_text().replace(
         "RUN chmod 755 /app/run.sh",
         "RUN python3 -c \"import urllib.request; urllib.request.urlopen('http://deb.debian.org', timeout=5)\""))
     (folders / "partial-credit" / "environment" / "Dockerfile").write_text("FROM nosuch.example/image:1\n")
-    result = import_harbor(folders, SandboxConfig(backend="docker"))
+    result = import_harbor(folders, SandboxConfig(backend="docker"), offline=True)
     assert result.tasks == [] and len(result.errors) == 2
     missing, network = result.errors
     assert missing.startswith("task partial-credit: environment/Dockerfile starts FROM nosuch.example/image:1, which "
                               "is not on this machine")
     assert network.startswith("task service-config: environment/Dockerfile failed at 'Step 4/5 : RUN python3 -c")
-    assert "no network" in network
+    assert "ran offline (--offline)" in network
     assert "urlopen error" in network  # the line that says why, whole
+    online = import_harbor(folders, SandboxConfig(backend="docker"))  # the network docker gives a build, as Harbor's
+    assert [t.instance_id for t in online.tasks] == ["service-config"] and len(online.errors) == 1

@@ -26,6 +26,23 @@ GRADING_ERRORS: frozenset[str] = frozenset({"apply_failed", "infra", "no_tests_r
 Exclusion = Literal["infra", "unvalidated_no_tests"]
 
 
+class StepGrade(BaseModel):
+    """What one step of a multi-step Harbor task got from its verifier."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    score: float | None = Field(None, description="the step's reward (None: its verifier gave none)")
+    rewards: dict[str, float] = Field(default_factory=dict, description="every named reward it wrote (reward.txt's "
+                                      "one number is named 'reward')")
+    error: GradeError | None = None
+    error_detail: str = ""
+    exit_code: int | None = None
+    duration: float = Field(0.0, description="seconds its verifier took")
+    artifacts: dict[str, str] = Field(default_factory=dict, description="artifact name -> a base64 tar.gz of it "
+                                      "(or why it is not kept: missing, over the limit)")
+
+
 class Grade(BaseModel):
     """What grading one patch found."""
 
@@ -45,6 +62,8 @@ class Grade(BaseModel):
                                                  "else 0")
     rewards: dict[str, float] = Field(default_factory=dict, description="a Harbor verifier's named rewards "
                                                                          "(reward.json), when it wrote more than one")
+    steps: list[StepGrade] = Field(default_factory=list, description="a multi-step Harbor task's steps, each with "
+                                   "its own grade, in the order played (those after an early stop are absent)")
     tests_known_to_run: bool = Field(True, description="the task's tests were seen to run (a factory task, or an "
                                      "imported row with validated=True): then no_tests_ran is the patch's doing")
     parser_disagreement: dict[str, list[str]] = Field(

@@ -2,8 +2,9 @@
 
 The tag is content-addressed (`patchgym/harbor-NAME:DIGEST` of environment/'s files), so a rebuild is skipped and a
 changed folder builds anew. Each FROM image must be on this machine already, or be pulled through
-`sandbox.image_mirror`; the build runs without a network, so a step that downloads fails, and the error names the
-task and the step.
+`sandbox.image_mirror`. The build has the network docker gives a build (its RUN apt-get or pip reaches what the
+machine reaches), or none with `offline`: then a step that downloads fails, and the error names the task, the step
+and the line that says why.
 """
 
 import hashlib
@@ -46,8 +47,8 @@ def base_images(dockerfile: Path) -> list[str]:
     return bases
 
 
-def build_image(task: HarborFolder, sandbox: SandboxConfig, *, client=None) -> str:
-    """The task's image tag, built from environment/ unless it is there already."""
+def build_image(task: HarborFolder, sandbox: SandboxConfig, *, client=None, offline: bool = False) -> str:
+    """The task's image tag, built from environment/ unless it is there already (`offline`: without a network)."""
     import docker
 
     try:
@@ -67,14 +68,15 @@ def build_image(task: HarborFolder, sandbox: SandboxConfig, *, client=None) -> s
     output = BuildOutput()
     try:
         for chunk in client.api.build(path=str(task.dockerfile.parent), tag=tag, rm=True, forcerm=True, pull=False,
-                                      network_mode="none", decode=True, timeout=int(task.build_timeout_s)):
+                                      network_mode="none" if offline else None, decode=True,
+                                      timeout=int(task.build_timeout_s)):
             output.feed(_ANSI.sub("", chunk.get("stream", "")))
             step = output.step
             if "error" in chunk:
-                raise HarborTaskError(
-                    f"task {task.name}: environment/Dockerfile failed at {step!r}: {chunk['error'].strip()}. Builds "
-                    "here have no network: a step that downloads (apt-get, pip, curl) must take its files from the "
-                    "build context or a local mirror. The step's output:\n" + output.summary())
+                why = (" The build ran offline (--offline): a step that downloads (apt-get, pip, curl) must take "
+                       "its files from the build context or a local mirror." if offline else "")
+                raise HarborTaskError(f"task {task.name}: environment/Dockerfile failed at {step!r}: "
+                                      f"{chunk['error'].strip()}.{why} The step's output:\n" + output.summary())
     except docker.errors.APIError as exc:
         raise HarborTaskError(f"task {task.name}: environment/Dockerfile failed at {output.step!r}: {exc}") from None
     except Exception as exc:  # a build over build_timeout_sec ends in a read timeout

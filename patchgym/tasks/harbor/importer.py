@@ -18,8 +18,9 @@ from patchgym.tasks.loaders import ImportResult
 from patchgym.tasks.task import HarborSpec, Task
 
 
-def import_harbor(source: str | Path, sandbox: SandboxConfig, *, client=None) -> ImportResult:
-    """Every task folder in or under `source`, as tasks; bad folders become error lines."""
+def import_harbor(source: str | Path, sandbox: SandboxConfig, *, client=None, offline: bool = False) -> ImportResult:
+    """Every task folder in or under `source`, as tasks; bad folders become error lines. `offline`: build their
+    environments without a network."""
     result, seen = ImportResult([], []), {}
     for path in find_task_folders(Path(source)):
         try:
@@ -27,7 +28,7 @@ def import_harbor(source: str | Path, sandbox: SandboxConfig, *, client=None) ->
             if folder.name in seen:
                 raise HarborTaskError(f"{path}: task id {folder.name!r} (the folder's name) is also "
                                       f"{seen[folder.name]}")
-            task = to_task(folder, sandbox, client=client)
+            task = to_task(folder, sandbox, client=client, offline=offline)
         except HarborTaskError as exc:
             result.errors.append(str(exc))
             continue
@@ -37,7 +38,7 @@ def import_harbor(source: str | Path, sandbox: SandboxConfig, *, client=None) ->
     return result
 
 
-def to_task(folder: HarborFolder, sandbox: SandboxConfig, *, client=None) -> Task:
+def to_task(folder: HarborFolder, sandbox: SandboxConfig, *, client=None, offline: bool = False) -> Task:
     if folder.docker_image:
         image = folder.docker_image
     elif sandbox.backend == "kubernetes":
@@ -45,7 +46,7 @@ def to_task(folder: HarborFolder, sandbox: SandboxConfig, *, client=None) -> Tas
                               "prebuilt images only; build environment/ with the docker backend, push it to the "
                               "cluster's registry and name it here")
     else:
-        image = build_image(folder, sandbox, client=client)
+        image = build_image(folder, sandbox, client=client, offline=offline)
     try:
         spec = HarborSpec(folder=str(folder.path), schema_version=folder.schema_version, tests=folder.tests,
                           solution=folder.solution, verifier_timeout_s=folder.verifier_timeout_s,
