@@ -186,7 +186,8 @@ def test_messages_print_square_brackets_as_they_are(tmp_path):
     for source in (folder, folder.parent):
         result = runner.invoke(app, ["tasks", "import", str(source), "-f", "harbor", "-o", str(tmp_path / "o.jsonl")])
         assert result.exit_code == 2 and "names no [environment].docker_image" in result.output, result.output
-    (folder / "task.toml").write_text('schema_version = "1.0"\n[[steps]]\nname = "one"\n')
+    (folder / "task.toml").write_text('schema_version = "1.1"\n[environment]\ndocker_image = "x"\n[[steps]]\n'
+                                      'name = "one"\n')
     for source in (folder, folder.parent):
         result = runner.invoke(app, ["tasks", "import", str(source), "-f", "harbor", "-o", str(tmp_path / "o.jsonl")])
-        assert result.exit_code == 2 and "([[steps]])" in result.output, result.output
+        assert result.exit_code == 2 and "(the folder of [[steps]][1], named 'one')" in result.output, result.output
