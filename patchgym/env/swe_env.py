@@ -120,7 +120,7 @@ class SWEEnv:
             return StepResult(str(exc), False, format_error=str(exc))
         if call.name == "finish" and self._steps is not None:
             return self._next_step(call)
-        result = run_tool(self.sandbox, call, timeout=self.command_limit(), python=self.config.python)
+        result = run_tool(self.sandbox, call, timeout=self.command_limit(), python=self.sandbox.config.python)
         return StepResult(result.observation, result.done, call=call, exit_code=result.exit_code)
 
     def _next_step(self, call, note: str = "") -> StepResult:
@@ -176,6 +176,8 @@ def harbor_limits(task: Task, config_env: dict[str, str] | None = None, *, allow
     limits: dict = {"network": spec.network and allow_network, "keep_background": True, "private_mounts": True}
     if spec.env:
         limits["env"] = {**config_env, **spec.env}
+    if spec.runner_python != "python3":
+        limits["python"] = spec.runner_python
     if spec.cpus is not None:
         limits["cpus"] = spec.cpus
     if spec.memory_mb is not None:

@@ -94,6 +94,8 @@ class HarborSpec(BaseModel):
     storage_mb: int | None = Field(None, gt=0, description="recorded; not enforced by the sandbox backends")
     network: bool = Field(False, description="the agent's sandbox has a network (task.toml allows it)")
     env: dict[str, str] = Field(default_factory=dict, description="[environment].env: set for every command")
+    runner_python: str = Field("python3", description="the interpreter patchgym's runner and tools use in the image "
+                               "(the bundle patchgym added where the image has no python3)")
     metadata: dict = Field(default_factory=dict)
     steps: list[HarborStep] = Field(default_factory=list, description="a multi-step task's steps, in order ([] = "
                                     "a single-step task); `tests` is then the task's shared tests/ (helpers every "

@@ -7,6 +7,7 @@ On docker only: building a folder's environment needs the Docker engine, and not
 import json
 import shutil
 import tomllib
+import uuid
 from pathlib import Path
 
 import pytest
@@ -178,7 +179,8 @@ def test_a_build_gets_the_network_unless_offline_and_a_failure_names_the_task_an
     dockerfile = folders / "service-config" / "environment" / "Dockerfile"
     dockerfile.write_text(dockerfile.read_text().replace(
         "RUN chmod 755 /app/run.sh",
-        "RUN python3 -c \"import urllib.request; urllib.request.urlopen('http://deb.debian.org', timeout=5)\""))
+        "RUN python3 -c \"import urllib.request; urllib.request.urlopen('http://deb.debian.org', timeout=5)\""
+        f" {uuid.uuid4()}"))  # a step no earlier build cached
     (folders / "partial-credit" / "environment" / "Dockerfile").write_text("FROM nosuch.example/image:1\n")
     result = import_harbor(folders, SandboxConfig(backend="docker"), offline=True)
     assert result.tasks == [] and len(result.errors) == 2

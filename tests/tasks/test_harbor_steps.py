@@ -34,7 +34,8 @@ def recipe(tmp_path):
 @pytest.fixture
 def stubbed_build(monkeypatch):
     """to_task without an image build: every folder's image is one tag."""
-    monkeypatch.setattr(importer, "build_image", lambda folder, sandbox, client=None, offline=False: "patchgym/harbor-x:1")
+    monkeypatch.setattr(importer, "build_image",
+                        lambda folder, sandbox, client=None, offline=False: "patchgym/harbor-x:1")
 
 
 def test_the_cookbook_recipe_reads_into_its_three_steps(tmp_path):

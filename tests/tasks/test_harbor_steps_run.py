@@ -2,13 +2,13 @@
 run with the oracle (each step's solve.sh: 1, 1, 1), the null policy (stops after step 1, min_reward 1.0), an agent
 that fails step 2 (its min_reward 0.5 stops the task: the mean of 1 and 0), and after an export round trip.
 
-The recipe starts FROM ubuntu:24.04, which no registry here serves: the test tags a replica under that name (the
-patchgym base image: Debian 12 minbase with python3, which the recipe's apt-get then updates from Debian's mirror),
-unless the engine has the real image. Each step and the early stop were first checked by hand as Harbor runs them
+The recipe starts FROM ubuntu:24.04, which no registry here serves: the test builds a replica under that name (the
+patchgym base image, Debian 12 minbase, without python3 as ubuntu:24.04 is; the recipe's apt-get then installs from
+Debian's mirror), unless the engine has the real image. With no python3 in it, the task runs on patchgym's Python
+bundle. Each step and the early stop were first checked by hand as Harbor runs them
 (steps in one container, each step's tests over the shared tests/ in /tests). On docker only."""
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -38,6 +38,11 @@ class Commands:
         return render_call_xml(ToolCall("execute_bash", {"command": command}) if command else ToolCall("finish", {}))
 
 
+REPLICA = """FROM {base}
+RUN rm -rf /usr/bin/python3* /usr/lib/python3* /opt/venv
+"""
+
+
 @pytest.fixture
 def recipe(backend, tmp_path):
     import docker
@@ -48,8 +53,11 @@ def recipe(backend, tmp_path):
     client = docker_client()
     try:
         client.images.get("ubuntu:24.04")
-    except docker.errors.ImageNotFound:
-        client.images.get(ensure_docker_image(base_recipe(), client=client)).tag("ubuntu", "24.04")  # the replica
+    except docker.errors.ImageNotFound:  # the replica: Debian minbase, and like ubuntu:24.04 without python3
+        (tmp_path / "replica").mkdir()
+        (tmp_path / "replica" / "Dockerfile").write_text(REPLICA.format(base=ensure_docker_image(base_recipe(),
+                                                                                                 client=client)))
+        client.images.build(path=str(tmp_path / "replica"), tag="ubuntu:24.04", rm=True, network_mode="none")
     result = import_harbor(RECIPE, SandboxConfig(backend="docker"))
     assert result.errors == [] and len(result.tasks) == 1
     return result.tasks[0]
@@ -68,6 +76,7 @@ def step_scores(grade):
 
 def test_the_cookbook_recipe_scores_1_1_1_with_the_oracle_and_stops_after_step_1_with_null(recipe, tmp_path):
     assert has_solution(recipe) and [s.name for s in recipe.harbor.steps] == ["scaffold", "implement", "document"]
+    assert recipe.harbor.runner_python == "/.patchgym/python/bin/python3"  # the image has no python3
     summary, grade = run(recipe, OracleScript(), tmp_path, "oracle")
     assert step_scores(grade) == [("scaffold", 1.0), ("implement", 1.0), ("document", 1.0)], grade
     assert grade["score"] == 1.0 and summary["resolve_rate"] == 1.0

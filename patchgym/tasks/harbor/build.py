@@ -1,10 +1,10 @@
-"""A Harbor task's environment/ built into a local image, offline, as every image here is.
+"""A Harbor task's environment/ built into a local image, as Harbor builds it: with the network docker gives a build.
 
-The tag is content-addressed (`patchgym/harbor-NAME:DIGEST` of environment/'s files), so a rebuild is skipped and a
-changed folder builds anew. Each FROM image must be on this machine already, or be pulled through
-`sandbox.image_mirror`. The build has the network docker gives a build (its RUN apt-get or pip reaches what the
-machine reaches), or none with `offline`: then a step that downloads fails, and the error names the task, the step
-and the line that says why.
+The tag is content-addressed (`patchgym/harbor-NAME:DIGEST` of environment/'s files and its FROM images' ids), so a
+rebuild is skipped and a changed folder or base image builds anew. Each FROM image must be on this machine already,
+or be pulled through `sandbox.image_mirror`. The build's RUN apt-get or pip reaches what the machine reaches; with
+`offline` it has no network, and a step that downloads fails: the error names the task, the step and the line that
+says why.
 """
 
 import hashlib
@@ -31,9 +31,14 @@ def environment_digest(folder: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def image_tag(task: HarborFolder) -> str:
+def image_tag(task: HarborFolder, base_ids: list[str] = ()) -> str:
+    """patchgym/harbor-NAME:DIGEST of environment/'s files and the ids of the images it starts FROM (a base image
+    that changed under the same name builds the task anew)."""
     slug = re.sub(r"[^a-z0-9]+", "-", task.name.lower()).strip("-") or "task"
-    return f"patchgym/harbor-{slug}:{environment_digest(task.dockerfile.parent)}"
+    digest = environment_digest(task.dockerfile.parent)
+    if base_ids:
+        digest = hashlib.sha256(f"{digest}\0{chr(0).join(base_ids)}".encode()).hexdigest()[:16]
+    return f"patchgym/harbor-{slug}:{digest}"
 
 
 def base_images(dockerfile: Path) -> list[str]:
@@ -57,14 +62,15 @@ def build_image(task: HarborFolder, sandbox: SandboxConfig, *, client=None, offl
     except docker.errors.DockerException as exc:
         raise HarborTaskError(f"task {task.name}: building environment/Dockerfile needs the Docker engine ({exc}); "
                               "or give task.toml an [environment].docker_image") from None
-    tag = image_tag(task)
+    bases = base_images(task.dockerfile)
+    for base in bases:
+        _have_base(client, base, sandbox, task)
+    tag = image_tag(task, [client.images.get(base).id for base in bases])
     try:
         client.images.get(tag)
         return tag
     except docker.errors.ImageNotFound:
         pass
-    for base in base_images(task.dockerfile):
-        _have_base(client, base, sandbox, task)
     output = BuildOutput()
     try:
         for chunk in client.api.build(path=str(task.dockerfile.parent), tag=tag, rm=True, forcerm=True, pull=False,

@@ -47,6 +47,7 @@ def to_task(folder: HarborFolder, sandbox: SandboxConfig, *, client=None, offlin
                               "cluster's registry and name it here")
     else:
         image = build_image(folder, sandbox, client=client, offline=offline)
+    image, python = runner_python(image, client)
     try:
         spec = HarborSpec(folder=str(folder.path), schema_version=folder.schema_version, tests=folder.tests,
                           solution=folder.solution, verifier_timeout_s=folder.verifier_timeout_s,
@@ -54,6 +55,7 @@ def to_task(folder: HarborFolder, sandbox: SandboxConfig, *, client=None, offlin
                           agent_timeout_s=folder.agent_timeout_s, agent_user=folder.agent_user,
                           solution_env=folder.solution_env, cpus=folder.cpus, memory_mb=folder.memory_mb,
                           storage_mb=folder.storage_mb, network=folder.network, env=folder.environment_env,
+                          runner_python=python,
                           metadata=folder.metadata, steps=folder.steps, multi_step_reward=folder.multi_step_reward,
                           artifacts=folder.artifacts, instruction=folder.task_instruction)
         return Task(instance_id=folder.name, repo=folder.title, problem_statement=folder.instruction, image=image,
@@ -61,6 +63,22 @@ def to_task(folder: HarborFolder, sandbox: SandboxConfig, *, client=None, offlin
                     difficulty=str(folder.metadata.get("difficulty", "")))
     except ValidationError as exc:
         raise HarborTaskError(f"{folder.path}: {exc}") from None
+
+
+def runner_python(image: str, client=None) -> tuple[str, str]:
+    """(the image tasks start from, the python patchgym's runner uses in it): where the engine has the image and it
+    has no python3, an image made from it with patchgym's Python bundle (patchgym.sandbox.python_bundle). An image
+    the engine does not have yet (a docker_image pulled at first use) is taken as it is."""
+    import docker
+
+    from patchgym.sandbox.python_bundle import with_python
+
+    try:
+        client = client or docker.from_env()
+        client.images.get(image)
+    except Exception:  # noqa: BLE001 - no engine, or not pulled yet
+        return image, "python3"
+    return with_python(client, image)
 
 
 def image_workdir(image: str, client=None) -> str:
