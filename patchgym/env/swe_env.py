@@ -178,6 +178,8 @@ def harbor_limits(task: Task, config_env: dict[str, str] | None = None, *, allow
         limits["env"] = {**config_env, **spec.env}
     if spec.runner_python != "python3":
         limits["python"] = spec.runner_python
+    if spec.services:
+        limits["services"] = spec.services
     if spec.cpus is not None:
         limits["cpus"] = spec.cpus
     if spec.memory_mb is not None:

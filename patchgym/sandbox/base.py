@@ -51,11 +51,16 @@ class Sandbox:
 
     backend = ""
     isolates = False  # whether commands may have private directories (exec's `private`)
+    runs_services = False  # whether the backend can start config.services beside the sandbox
 
     def __init__(self, config: SandboxConfig | None = None, *, image: Any = None, labels: dict[str, str] | None = None):
         self.config = config or SandboxConfig()
         # One place for every backend (a kubernetes pod spec too): the name is rewritten before it is resolved.
         self.image = registry.mirrored(image if image is not None else self.config.image, self.config.image_mirror)
+        if self.config.services and not self.runs_services:
+            names = ", ".join(s.name for s in self.config.services)
+            raise SandboxError(f"the {self.backend} backend cannot run services beside a sandbox ({names}): use "
+                               "sandbox.backend=docker")
         self.id = f"pg-{uuid.uuid4().hex[:12]}"
         self.run_id = lifecycle.run_id()
         self.labels = {lifecycle.LABEL_SANDBOX: "1", lifecycle.LABEL_RUN: self.run_id,

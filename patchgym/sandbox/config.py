@@ -1,5 +1,7 @@
 """The `sandbox:` section of a patchgym config: which backend, which image, and the limits every sandbox gets."""
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from patchgym.sandbox.kubernetes_config import KubernetesConfig
@@ -17,6 +19,33 @@ class RegistryLogin(BaseModel):
 
     username: str
     password: SecretStr = Field(description="kept out of printed and saved configs")
+
+
+class ServiceHealthcheck(BaseModel):
+    """A service's health test, polled as Docker's HEALTHCHECK polls it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    test: list[str] = Field(min_length=1, description="exec form ['CMD', ...] or ['CMD-SHELL', 'command']")
+    interval_s: float = Field(30.0, gt=0)
+    timeout_s: float = Field(30.0, gt=0)
+    retries: int = Field(3, ge=1)
+    start_period_s: float = Field(0.0, ge=0)
+
+
+class ServiceConfig(BaseModel):
+    """A container that runs beside the sandbox (a Harbor compose task's other services): on one network with it,
+    reachable by its name; started (and, where `wait` says healthy, healthy) before the sandbox starts."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$", description="its host name on the network")
+    image: str = Field(min_length=1)
+    env: dict[str, str] = Field(default_factory=dict)
+    command: list[str] | None = Field(None, description="None: the image's CMD")
+    entrypoint: list[str] | None = Field(None, description="None: the image's ENTRYPOINT")
+    healthcheck: ServiceHealthcheck | None = None
+    wait: Literal["started", "healthy"] = Field("started", description="what the sandbox waits for before it starts")
 
 
 class SandboxConfig(BaseModel):
@@ -37,6 +66,9 @@ class SandboxConfig(BaseModel):
     private_mounts: bool = Field(False, description="the sandbox may run a command with directories only it sees (the "
                                  "Harbor verifier's /tests and /logs/verifier, out of reach of what the agent left "
                                  "running); its container holds CAP_SYS_ADMIN for this, which no command gets")
+    services: list[ServiceConfig] = Field(default_factory=list, description="containers that run beside the "
+                                          "sandbox on a network of their own (a Harbor compose task's other "
+                                          "services); docker backend only")
     memory_mb: int = Field(4096, gt=0, description="memory limit per sandbox")
     pids: int = Field(1024, gt=0, description="process limit per sandbox")
     cpus: float = Field(1.0, gt=0, description="CPU quota per sandbox, in cores")

@@ -60,6 +60,18 @@ def reap_docker(result: Reaped, everything: bool = False, dry_run: bool = False)
                 result.containers.append(c.name)
             except docker.errors.APIError:
                 pass
+    try:  # the networks of sandboxes with services, once their containers are gone
+        networks = client.networks.list(filters={"label": lifecycle.LABEL_SANDBOX})
+    except docker.errors.DockerException:
+        return
+    for n in networks:
+        if everything or not lifecycle.owner_alive(n.attrs.get("Labels", {}).get(lifecycle.LABEL_OWNER, "")):
+            try:
+                if not dry_run:
+                    n.remove()
+                result.containers.append(f"network {n.name}")
+            except docker.errors.APIError:
+                pass
 
 
 def reap_local(result: Reaped, everything: bool = False, dry_run: bool = False) -> None:

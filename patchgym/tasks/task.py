@@ -9,6 +9,7 @@ from pydantic_core import PydanticCustomError
 
 from patchgym.errors import UserError
 from patchgym.files import read_text, write_atomic
+from patchgym.sandbox.config import ServiceConfig
 
 
 class TaskError(UserError, ValueError):
@@ -94,6 +95,8 @@ class HarborSpec(BaseModel):
     storage_mb: int | None = Field(None, gt=0, description="recorded; not enforced by the sandbox backends")
     network: bool = Field(False, description="the agent's sandbox has a network (task.toml allows it)")
     env: dict[str, str] = Field(default_factory=dict, description="[environment].env: set for every command")
+    services: list[ServiceConfig] = Field(default_factory=list, description="a compose environment's services "
+                                          "beside the agent's container (their images built at import)")
     runner_python: str = Field("python3", description="the interpreter patchgym's runner and tools use in the image "
                                "(the bundle patchgym added where the image has no python3)")
     metadata: dict = Field(default_factory=dict)

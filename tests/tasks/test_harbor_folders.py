@@ -87,11 +87,12 @@ def test_a_missing_file_names_the_folder_and_the_file(folder, remove, message):
     assert str(folder) in str(caught.value)
 
 
-def test_compose_environments_and_unknown_keys(folder):
-    (folder / "environment" / "Dockerfile").unlink()
+def test_compose_keys_of_main_and_unknown_keys(folder):
     (folder / "environment" / "docker-compose.yaml").write_text("services: {main: {build: .}}\n")
-    with pytest.raises(HarborTaskError, match="environment: docker-compose environments are not supported"):
+    with pytest.raises(HarborTaskError, match=r"services.main.build: not supported here \(Harbor configures main"):
         read_folder(folder)
+    (folder / "environment" / "docker-compose.yaml").unlink()
+    (folder / "environment" / "Dockerfile").unlink()
     (folder / "task.toml").write_text('colour = "blue"\n[environment]\ndocker_image = "x:1"\nshade = 2\n')
     task = read_folder(folder)  # a prebuilt image needs no Dockerfile
     assert task.docker_image == "x:1" and task.dockerfile is None

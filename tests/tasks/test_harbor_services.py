@@ -1,6 +1,7 @@
 """Harbor folders whose environment lives, run as Harbor's shared mode runs them: a service the image's ENTRYPOINT
 starts, a server the agent leaves running for the verifier, a solve.sh longer than the agent's per-command limit
-(bounded by [agent].timeout_sec), and an agent's leftover process that tries to write the reward.
+(bounded by [agent].timeout_sec), a compose service beside the agent's container (reached by its name, waited for
+until healthy), and an agent's leftover process that tries to write the reward.
 
 Each folder was first run by hand as Harbor runs it (built, started with its ENTRYPOINT and `sleep infinity`,
 solve.sh and then test.sh through `docker exec` in that one container): oracle 1, null 0. On docker only: building
@@ -24,7 +25,7 @@ from patchgym.sandbox.images import base_recipe
 from patchgym.tasks.harbor.importer import import_harbor
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "harbor"
-FOLDERS = ("entrypoint-service", "background-job")
+FOLDERS = ("entrypoint-service", "background-job", "compose-sidecar")
 
 pytestmark = pytest.mark.parametrize("backend", ["docker"], indirect=True)
 
@@ -59,8 +60,8 @@ def tasks(backend, tmp_path):
     out = tmp_path / "harbor"
     for name in FOLDERS:
         shutil.copytree(FIXTURES / name, out / name)
-        dockerfile = out / name / "environment" / "Dockerfile"
-        dockerfile.write_text(dockerfile.read_text().replace("FROM patchgym/base", f"FROM {base_recipe().tag}"))
+        for dockerfile in (out / name / "environment").rglob("Dockerfile"):
+            dockerfile.write_text(dockerfile.read_text().replace("FROM patchgym/base", f"FROM {base_recipe().tag}"))
     result = import_harbor(out, SandboxConfig(backend="docker"))
     assert result.errors == []
     return {t.instance_id: t for t in result.tasks}
@@ -78,10 +79,10 @@ def test_services_and_background_jobs_live_until_verification_and_solve_sh_has_t
     # The per-command limit is 3 s; background-job's solve.sh takes 8 s, within its [agent].timeout_sec of 60.
     quick = AgentConfig(command_timeout_s=3)
     summary, records = run(tasks.values(), OracleScript(), tmp_path, "oracle", quick)
-    assert {k: r["grade"]["score"] for k, r in records.items()} == {"entrypoint-service": 1.0, "background-job": 1.0}
+    assert {k: r["grade"]["score"] for k, r in records.items()} == dict.fromkeys(FOLDERS, 1.0)
     assert summary["resolve_rate"] == 1.0
     summary, records = run(tasks.values(), NullScript(), tmp_path, "null", quick)
-    assert {k: r["grade"]["score"] for k, r in records.items()} == {"entrypoint-service": 0.0, "background-job": 0.0}
+    assert {k: r["grade"]["score"] for k, r in records.items()} == dict.fromkeys(FOLDERS, 0.0)
     slow = Commands("sleep 5; echo late")  # an agent's own command still has its limit when the task sets none
     _, records = run([tasks["entrypoint-service"].model_copy(update={"harbor": tasks["entrypoint-service"].harbor
                                                                     .model_copy(update={"agent_timeout_s": None})})],
@@ -105,3 +106,35 @@ def test_the_forger_is_real_it_wins_where_the_verifier_shares_the_agents_directo
             assert "forging" in sandbox.exec(FORGER, agent=True, timeout=30).output
             grade = verify(sandbox, task)
         assert grade.score == score, (private, grade)
+
+
+def test_a_compose_service_is_built_reached_by_its_name_and_gone_with_the_sandbox(tasks):
+    import docker
+
+    task = tasks["compose-sidecar"]
+    (service,) = task.harbor.services
+    assert (service.name, service.wait, service.image.startswith("patchgym/harbor-compose-sidecar-inventory:")) == \
+        ("inventory", "healthy", True)
+    assert task.harbor.env == {"INVENTORY_URL": "http://inventory:5000"}  # main's environment from the compose file
+    config = SandboxConfig(backend="docker", workdir=task.workdir)
+    with open_sandbox(config.model_copy(update=harbor_limits(task)), image=task.image) as sandbox:
+        stock = sandbox.exec('python3 -c "import os, urllib.request; print(urllib.request.urlopen('
+                             'os.environ[\'INVENTORY_URL\'] + \'/stock\', timeout=5).read().decode())"', agent=True)
+        assert stock.ok and "apples" in stock.output
+        outside = sandbox.exec("python3 -c \"import socket; socket.create_connection(('deb.debian.org', 80), 3)\"")
+        assert not outside.ok  # allow_internet = false: the services' network is internal
+        sandbox_id = sandbox.id
+    client = docker.from_env()
+    assert not client.containers.list(all=True, filters={"name": sandbox_id})
+    assert not client.networks.list(names=[sandbox_id])
+
+
+def test_a_compose_task_exported_and_imported_again_keeps_its_service_and_scores_the_same(tasks, tmp_path):
+    from patchgym.tasks.harbor.export import export_harbor
+
+    task = tasks["compose-sidecar"]
+    export_harbor([task], tmp_path / "out", SandboxConfig(backend="docker"))
+    (again,) = import_harbor(tmp_path / "out", SandboxConfig(backend="docker")).tasks
+    assert again.harbor.services == task.harbor.services and again.harbor.env == task.harbor.env
+    _, records = run([again], OracleScript(), tmp_path, "again")
+    assert records["compose-sidecar"]["grade"]["score"] == 1.0

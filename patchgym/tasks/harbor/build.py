@@ -31,16 +31,6 @@ def environment_digest(folder: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def image_tag(task: HarborFolder, base_ids: list[str] = ()) -> str:
-    """patchgym/harbor-NAME:DIGEST of environment/'s files and the ids of the images it starts FROM (a base image
-    that changed under the same name builds the task anew)."""
-    slug = re.sub(r"[^a-z0-9]+", "-", task.name.lower()).strip("-") or "task"
-    digest = environment_digest(task.dockerfile.parent)
-    if base_ids:
-        digest = hashlib.sha256(f"{digest}\0{chr(0).join(base_ids)}".encode()).hexdigest()[:16]
-    return f"patchgym/harbor-{slug}:{digest}"
-
-
 def base_images(dockerfile: Path) -> list[str]:
     """The images a Dockerfile's FROM lines name (not its own stages, not `scratch`)."""
     stages, bases = set(), []
@@ -54,18 +44,35 @@ def base_images(dockerfile: Path) -> list[str]:
 
 def build_image(task: HarborFolder, sandbox: SandboxConfig, *, client=None, offline: bool = False) -> str:
     """The task's image tag, built from environment/ unless it is there already (`offline`: without a network)."""
+    return build_context(task, task.dockerfile.parent, task.dockerfile, image_name(task.name), "environment/Dockerfile",
+                         sandbox, client=client, offline=offline)
+
+
+def image_name(*parts: str) -> str:
+    slug = "-".join(re.sub(r"[^a-z0-9]+", "-", p.lower()).strip("-") or "task" for p in parts)
+    return f"patchgym/harbor-{slug}"
+
+
+def build_context(task: HarborFolder, context: Path, dockerfile: Path, name: str, what: str, sandbox: SandboxConfig,
+                  *, client=None, offline: bool = False) -> str:
+    """`name`:DIGEST built from `context` with `dockerfile` unless it is there already; errors name the task and
+    `what` was built (environment/Dockerfile, or a compose service's)."""
     import docker
 
     try:
         client = client or docker.from_env(timeout=max(120, int(task.build_timeout_s)))
         client.ping()
     except docker.errors.DockerException as exc:
-        raise HarborTaskError(f"task {task.name}: building environment/Dockerfile needs the Docker engine ({exc}); "
+        raise HarborTaskError(f"task {task.name}: building {what} needs the Docker engine ({exc}); "
                               "or give task.toml an [environment].docker_image") from None
-    bases = base_images(task.dockerfile)
+    bases = base_images(dockerfile)
     for base in bases:
-        _have_base(client, base, sandbox, task)
-    tag = image_tag(task, [client.images.get(base).id for base in bases])
+        _have_base(client, base, sandbox, task, what)
+    digest = environment_digest(context)
+    if dockerfile.name != "Dockerfile" or bases:
+        ids = [dockerfile.name, *(client.images.get(base).id for base in bases)]
+        digest = hashlib.sha256(f"{digest}\0{chr(0).join(ids)}".encode()).hexdigest()[:16]
+    tag = f"{name}:{digest}"
     try:
         client.images.get(tag)
         return tag
@@ -73,21 +80,21 @@ def build_image(task: HarborFolder, sandbox: SandboxConfig, *, client=None, offl
         pass
     output = BuildOutput()
     try:
-        for chunk in client.api.build(path=str(task.dockerfile.parent), tag=tag, rm=True, forcerm=True, pull=False,
-                                      network_mode="none" if offline else None, decode=True,
+        for chunk in client.api.build(path=str(context), dockerfile=dockerfile.name, tag=tag, rm=True, forcerm=True,
+                                      pull=False, network_mode="none" if offline else None, decode=True,
                                       timeout=int(task.build_timeout_s)):
             output.feed(_ANSI.sub("", chunk.get("stream", "")))
             step = output.step
             if "error" in chunk:
                 why = (" The build ran offline (--offline): a step that downloads (apt-get, pip, curl) must take "
                        "its files from the build context or a local mirror." if offline else "")
-                raise HarborTaskError(f"task {task.name}: environment/Dockerfile failed at {step!r}: "
+                raise HarborTaskError(f"task {task.name}: {what} failed at {step!r}: "
                                       f"{chunk['error'].strip()}.{why} The step's output:\n" + output.summary())
     except docker.errors.APIError as exc:
-        raise HarborTaskError(f"task {task.name}: environment/Dockerfile failed at {output.step!r}: {exc}") from None
+        raise HarborTaskError(f"task {task.name}: {what} failed at {output.step!r}: {exc}") from None
     except Exception as exc:  # a build over build_timeout_sec ends in a read timeout
         if "timed out" in str(exc).lower():
-            raise HarborTaskError(f"task {task.name}: environment/Dockerfile ran over build_timeout_sec "
+            raise HarborTaskError(f"task {task.name}: {what} ran over build_timeout_sec "
                                   f"({task.build_timeout_s:g} s) at {output.step!r}") from None
         raise
     return tag
@@ -124,7 +131,7 @@ class BuildOutput:
         return "\n".join([*causes, *(["..."] if causes else []), *tail])
 
 
-def _have_base(client, base: str, sandbox: SandboxConfig, task: HarborFolder) -> None:
+def _have_base(client, base: str, sandbox: SandboxConfig, task: HarborFolder, what: str) -> None:
     """`base` present in the engine under its own name: already there, or pulled from its mirror and tagged so."""
     import docker
 
@@ -135,7 +142,7 @@ def _have_base(client, base: str, sandbox: SandboxConfig, task: HarborFolder) ->
         pass
     source = mirrored(base, sandbox.image_mirror)
     if source == base:
-        raise HarborTaskError(f"task {task.name}: environment/Dockerfile starts FROM {base}, which is not on this "
+        raise HarborTaskError(f"task {task.name}: {what} starts FROM {base}, which is not on this "
                               "machine, and no sandbox.image_mirror entry maps it (no public registry is reached)")
     ensure_pulled(client, source, show_progress=False)
     client.images.get(source).tag(base)

@@ -132,6 +132,8 @@ def write_back(task: Task, folder: Path) -> None:
     if spec.solution:
         unpack(spec.solution, folder / "solution")
     _write(folder / "environment" / "Dockerfile", f"FROM {task.image}\nWORKDIR {task.workdir}\n")
+    if spec.services:
+        _write(folder / "environment" / "docker-compose.yaml", compose_text(spec.services))
     instruction = spec.instruction if spec.steps else task.problem_statement
     if instruction:
         _write(folder / "instruction.md", instruction)
@@ -153,6 +155,24 @@ def write_back(task: Task, folder: Path) -> None:
            if spec.steps or spec.multi_step_reward != "mean" else {}),
         **({"artifacts": [_artifact(a) for a in spec.artifacts]} if spec.artifacts else {}),
         **({"steps": [step_table(task, step) for step in spec.steps]} if spec.steps else {})}))
+
+
+def compose_text(services: list) -> str:
+    """A compose file of a task's services (their built images named), which main waits for as it did."""
+    import yaml
+
+    def service(s) -> dict:
+        check = s.healthcheck
+        return {"image": s.image, **({"environment": s.env} if s.env else {}),
+                **({"command": s.command} if s.command is not None else {}),
+                **({"entrypoint": s.entrypoint} if s.entrypoint is not None else {}),
+                **({"healthcheck": {"test": check.test, "interval": f"{check.interval_s:g}s",
+                                    "timeout": f"{check.timeout_s:g}s", "retries": check.retries,
+                                    "start_period": f"{check.start_period_s:g}s"}} if check else {})}
+
+    waits = {s.name: {"condition": f"service_{s.wait}"} for s in services}
+    return yaml.safe_dump({"services": {"main": {"depends_on": waits}, **{s.name: service(s) for s in services}}},
+                          sort_keys=False)
 
 
 def write_step(step: HarborStep, folder: Path, shared: Path) -> None:

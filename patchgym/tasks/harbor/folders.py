@@ -1,12 +1,13 @@
 """Read Harbor task folders (task.toml schema 1.4, with its deprecated spellings) into what a task needs.
 
 A folder holds task.toml, instruction.md, environment/ (a Dockerfile and its context, unless task.toml names a
-prebuilt `docker_image`), tests/test.sh and its files, and optionally solution/solve.sh. A multi-step task (schema
-1.1's `[[steps]]`) holds steps/NAME/ for each step instead: instruction.md, tests/ (laid over the task's own tests/,
-whose test.sh is the fallback), and optionally solution/solve.sh and workdir/ (uploaded before the agent starts).
-Every problem is a HarborTaskError naming the file and the key (a step's keys as `[[steps]][N].key`, N from 1). Keys
-Harbor defines that patchgym cannot honour (a compose environment, a separate verifier sandbox, GPUs, Windows) are
-refused by name; keys it does not know are listed as warnings and ignored, as Harbor ignores them.
+prebuilt `docker_image`; a docker-compose.yaml there adds services beside it, patchgym.tasks.harbor.compose),
+tests/test.sh and its files, and optionally solution/solve.sh. A multi-step task (schema 1.1's `[[steps]]`) holds
+steps/NAME/ for each step instead: instruction.md, tests/ (laid over the task's own tests/, whose test.sh is the
+fallback), and optionally solution/solve.sh and workdir/ (uploaded before the agent starts). Every problem is a
+HarborTaskError naming the file and the key (a step's keys as `[[steps]][N].key`, N from 1). Keys Harbor defines
+that patchgym cannot honour (a separate verifier sandbox, GPUs, Windows, compose keys beyond services) are refused by
+name; keys it does not know are listed as warnings and ignored, as Harbor ignores them.
 """
 
 import base64
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from patchgym.tasks.harbor.compose import Compose, ComposeError, compose_file, read_compose
 from patchgym.tasks.task import HarborArtifact, HarborHealthcheck, HarborStep, TaskError
 
 MAX_ARCHIVE_BYTES = 16 << 20  # tests/, solution/ or a step's workdir/, compressed: a row carries them
@@ -80,6 +82,7 @@ class HarborFolder:
     multi_step_reward: str = "mean"
     artifacts: list[HarborArtifact] = field(default_factory=list)
     task_instruction: str = ""  # a multi-step task's top-level instruction.md ("" when it has none)
+    compose: Compose | None = None  # environment/docker-compose.yaml, read (patchgym.tasks.harbor.compose)
     warnings: list[str] = field(default_factory=list)
 
 
@@ -126,10 +129,12 @@ def read_folder(path: Path) -> HarborFolder:
     network = _network(env)
     docker_image = env.text("docker_image", default="")
     dockerfile = path / "environment" / "Dockerfile"
+    compose_path = compose_file(path / "environment")
+    try:
+        compose = read_compose(compose_path) if compose_path else None
+    except ComposeError as exc:
+        raise HarborTaskError(str(exc)) from None
     if not docker_image:
-        if any((path / "environment" / n).exists() for n in ("docker-compose.yaml", "docker-compose.yml")):
-            raise HarborTaskError(f"{path}/environment: docker-compose environments are not supported; give a "
-                                  "Dockerfile or [environment].docker_image")
         if not dockerfile.is_file():
             raise HarborTaskError(f"{path}/environment/Dockerfile: missing, and task.toml names no "
                                   "[environment].docker_image")
@@ -164,7 +169,7 @@ def read_folder(path: Path) -> HarborFolder:
         tests=archive_layers(_folders(path / "tests"), f"{path}/tests"),
         solution=archive(path / "solution", f"{path}/solution") if (path / "solution").is_dir() else "",
         steps=steps, multi_step_reward=_reward_strategy(keys), artifacts=artifacts,
-        task_instruction=_optional_instruction(path) if steps else "")
+        task_instruction=_optional_instruction(path) if steps else "", compose=compose)
     folder.warnings = keys.unknown()
     return folder
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from patchgym.sandbox.config import SandboxConfig
-from patchgym.tasks.harbor.build import build_image
+from patchgym.sandbox.config import SandboxConfig, ServiceConfig, ServiceHealthcheck
+from patchgym.tasks.harbor.build import build_context, build_image, image_name
 from patchgym.tasks.harbor.folders import HarborFolder, HarborTaskError, find_task_folders, read_folder
 from patchgym.tasks.loaders import ImportResult
 from patchgym.tasks.task import HarborSpec, Task
@@ -48,14 +48,16 @@ def to_task(folder: HarborFolder, sandbox: SandboxConfig, *, client=None, offlin
     else:
         image = build_image(folder, sandbox, client=client, offline=offline)
     image, python = runner_python(image, client)
+    services = compose_services(folder, sandbox, client=client, offline=offline)
     try:
         spec = HarborSpec(folder=str(folder.path), schema_version=folder.schema_version, tests=folder.tests,
                           solution=folder.solution, verifier_timeout_s=folder.verifier_timeout_s,
                           verifier_env=folder.verifier_env, verifier_user=folder.verifier_user,
                           agent_timeout_s=folder.agent_timeout_s, agent_user=folder.agent_user,
                           solution_env=folder.solution_env, cpus=folder.cpus, memory_mb=folder.memory_mb,
-                          storage_mb=folder.storage_mb, network=folder.network, env=folder.environment_env,
-                          runner_python=python,
+                          storage_mb=folder.storage_mb, network=folder.network,
+                          env={**folder.environment_env, **(folder.compose.main_environment if folder.compose else {})},
+                          runner_python=python, services=services,
                           metadata=folder.metadata, steps=folder.steps, multi_step_reward=folder.multi_step_reward,
                           artifacts=folder.artifacts, instruction=folder.task_instruction)
         return Task(instance_id=folder.name, repo=folder.title, problem_statement=folder.instruction, image=image,
@@ -63,6 +65,29 @@ def to_task(folder: HarborFolder, sandbox: SandboxConfig, *, client=None, offlin
                     difficulty=str(folder.metadata.get("difficulty", "")))
     except ValidationError as exc:
         raise HarborTaskError(f"{folder.path}: {exc}") from None
+
+
+def compose_services(folder: HarborFolder, sandbox: SandboxConfig, *, client=None,
+                     offline: bool = False) -> list[ServiceConfig]:
+    """The services of the folder's compose file, each service's image built from its context (or named)."""
+    if folder.compose is None or not folder.compose.services:
+        return []
+    if sandbox.backend != "docker":
+        raise HarborTaskError(f"{folder.path}/environment: its compose services "
+                              f"({', '.join(s.name for s in folder.compose.services)}) run on the docker backend only")
+    found = []
+    for service in folder.compose.services:
+        image = service.image
+        if service.context is not None:
+            image = build_context(folder, service.context, service.context / service.dockerfile,
+                                  image_name(folder.name, service.name),
+                                  f"the Dockerfile of compose service {service.name}", sandbox, client=client,
+                                  offline=offline)
+        check = service.healthcheck
+        found.append(ServiceConfig(name=service.name, image=image, env=service.environment, command=service.command,
+                                   entrypoint=service.entrypoint, wait=service.wait,
+                                   healthcheck=ServiceHealthcheck(**check) if check else None))
+    return found
 
 
 def runner_python(image: str, client=None) -> tuple[str, str]:
