@@ -101,3 +101,16 @@ def test_exported_and_imported_again_it_scores_the_same(recipe, tmp_path):
         recipe.harbor.model_copy(update={"folder": ""})
     _, grade = run(again.tasks[0], OracleScript(), tmp_path, "again")
     assert [score for _, score in step_scores(grade)] == [1.0, 1.0, 1.0]
+
+
+def test_a_step_whose_time_runs_out_is_verified_and_a_failed_healthcheck_ends_the_task(recipe, tmp_path):
+    steps = recipe.harbor.steps
+    quick = [steps[0].model_copy(update={"agent_timeout_s": 3.0, "min_reward": None}), *steps[1:]]
+    task = recipe.model_copy(update={"harbor": recipe.harbor.model_copy(update={"steps": quick})})
+    summary, grade = run(task, Commands("sleep 30", "echo never"), tmp_path, "slow")
+    # The sleep is cut at the step's 3 s; the next action finds the time gone: scaffold is verified (0), and with no
+    # min_reward the task goes on to implement, whose healthcheck (test -x /app/greet.sh) fails three times.
+    assert [(s["name"], s["score"], s["error"]) for s in grade["steps"]] == \
+        [("scaffold", 0.0, None), ("implement", None, "no_tests_ran")], grade["steps"]
+    assert "healthcheck" in grade["steps"][1]["error_detail"] and grade["score"] == 0.0
+    assert summary["resolve_rate"] == 0.0
