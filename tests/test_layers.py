@@ -43,6 +43,7 @@ LAYERS = (
     "patchgym.agent",
     "patchgym.rollout",
     "patchgym.cluster",
+    "patchgym.pivot",  # RL on decision points of expert trajectories: replays them in the task's sandbox; train runs it
     # The whole run's config gathers every stage's section, and train is the first stage that reads all of it, so
     # the sections of train and verify sit before it and the rest of those two stages after it.
     "patchgym.train.config",

@@ -1,0 +1,61 @@
+"""Decision points from expert demos played on the in-memory environment (the fast tier), and the Replay over it."""
+
+import pytest
+import torch
+
+from memory_env import BUGGY, MemoryEnv, memory_grade, memory_task
+from patchgym.agent.config import AgentConfig
+from patchgym.agent.expert import ExpertEngine, plan_demo
+from patchgym.agent.loop import run_agent
+from patchgym.env.tools import tool_schemas
+from patchgym.pivot.states import decision_points
+
+torch.set_num_threads(1)  # two cores, shared with the sandboxes
+
+
+class MemoryReplay:
+    """The Replay of patchgym.pivot.states over the in-memory environment: its files are a dict under /testbed."""
+
+    def __init__(self, files: dict[str, str] | None = None):
+        self.env = MemoryEnv(files)
+
+    def reset(self, task):
+        return self.env.reset(task)
+
+    def step(self, action_text):
+        return self.env.step(action_text)
+
+    def read(self, paths):
+        return {p: self.env.files.get(p.removeprefix("/testbed/")) for p in paths}
+
+    def close(self):
+        self.env.close()
+
+
+def play_demo(tokenizer, config: AgentConfig, seed: int = 0, task=None, files=None):
+    """An expert demo of the memory task (or `task` on `files`), played through the agent loop and graded."""
+    task, files = task or memory_task(), dict(files or BUGGY)
+    plan = plan_demo(task, files, set(), seed)
+    tools = tool_schemas(task.workdir, config.command_timeout_s) if config.tool_format == "native" else None
+    trajectory = run_agent(task, ExpertEngine(tokenizer, plan, config.tool_format, tools), MemoryEnv(files), config)
+    trajectory.grade = memory_grade(task, trajectory.patch)
+    trajectory.trajectory_id = f"{task.instance_id}#{seed}"
+    return trajectory
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tiny):
+    return tiny[1]
+
+
+@pytest.fixture(scope="session")
+def demo(tokenizer):
+    return play_demo(tokenizer, AgentConfig())
+
+
+@pytest.fixture(scope="session")
+def points(demo):
+    """The demo's states, by the name of the expert's call (file_editor by its command)."""
+    found = decision_points(demo, memory_task(), MemoryReplay())
+    return {p.call["arguments"].get("command", p.call["name"]) if p.call["name"] == "file_editor" else p.call["name"]:
+            p for p in found}
