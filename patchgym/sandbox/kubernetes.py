@@ -215,7 +215,9 @@ class KubernetesSandbox(Sandbox):
                 "resources": {"limits": limits, "requests": requests},
                 # The runner (exec'd as this user) must be root, whatever the image's USER, to drop to the agent's
                 # uid; no_new_privs (allowPrivilegeEscalation off) leaves setuid by root alone.
-                "securityContext": {"allowPrivilegeEscalation": False, "runAsUser": 0, "runAsGroup": 0},
+                "securityContext": {"allowPrivilegeEscalation": False, "runAsUser": 0, "runAsGroup": 0,
+                                    # private_mounts: the runner keeps it to itself (every command gives it up).
+                                    **({"capabilities": {"add": ["SYS_ADMIN"]}} if cfg.private_mounts else {})},
             }],
         }
         return {"apiVersion": "v1", "kind": "Pod",
