@@ -138,3 +138,28 @@ def test_a_compose_task_exported_and_imported_again_keeps_its_service_and_scores
     assert again.harbor.services == task.harbor.services and again.harbor.env == task.harbor.env
     _, records = run([again], OracleScript(), tmp_path, "again")
     assert records["compose-sidecar"]["grade"]["score"] == 1.0
+
+
+def test_a_verifier_that_runs_and_writes_no_reward_scores_0_and_one_that_cannot_run_is_no_tests_ran(tasks):
+    import base64
+    import io
+    import tarfile
+
+    def tests_archive(script: str) -> str:
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+            info = tarfile.TarInfo("test.sh")
+            info.size, info.mode = len(script), 0o755
+            tar.addfile(info, io.BytesIO(script.encode()))
+        return base64.b64encode(buf.getvalue()).decode()
+
+    task = tasks["background-job"]
+    config = SandboxConfig(backend="docker", workdir=task.workdir)
+    silent = task.model_copy(update={"harbor": task.harbor.model_copy(update={"tests": tests_archive("exit 3\n")})})
+    missing_user = task.model_copy(update={"harbor": task.harbor.model_copy(update={"verifier_user": "nobody-here"})})
+    with open_sandbox(config.model_copy(update=harbor_limits(task)), image=task.image) as sandbox:
+        grade = verify(sandbox, silent)
+        assert (grade.error, grade.score, grade.exit_code) == (None, 0.0, 3)
+        assert "wrote neither /logs/verifier/reward.txt nor reward.json" in grade.error_detail
+        grade = verify(sandbox, missing_user)
+        assert grade.error == "no_tests_ran" and "'nobody-here' is not a user" in grade.error_detail
