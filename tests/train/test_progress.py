@@ -53,5 +53,6 @@ def test_a_warm_start_shows_its_steps_in_a_log(tiny, monkeypatch):
                      max_grad_norm=1.0, progress="warm start")
     lines = out.getvalue().splitlines()
     assert result.steps == 3 and len(lines) == 3, lines
-    assert lines[0].startswith("warm start: 1/3, epoch 1/2, loss ") and lines[2].startswith("warm start: 3/3, epoch 2/2")
+    assert lines[0].startswith("warm start: 1/3, epoch 1/2, loss ")
+    assert lines[2].startswith("warm start: 3/3, epoch 2/2, loss ")
     assert all(" elapsed, " in line and line.endswith(" left") for line in lines)
