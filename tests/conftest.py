@@ -75,6 +75,7 @@ HEAVY = {
     "agent/test_check_tokens.py::test_the_command_exits_0_when_both_hold_and_1_otherwise": "the CLI loads a model",
     "train/test_train_qwen3.py::test_two_grpo_pp_iterations_and_a_resume_with_exact_tokens":
         "two GRPO++ trainer runs per setting (in memory, but 10-25 s each)",
+    "pivot/test_train.py": "a 60-step warm start, then pivot iterations on the tiny model (in memory, 30 s)",
 }
 
 

@@ -147,7 +147,7 @@ async def _episode(trajectory: Trajectory, task: Task, engine: Engine, env: Env,
         if room < 1:  # not even one token could be sampled after this prompt
             raise Terminated("max_context")
         ids += segment
-        turn = await _generate(generate, tokenizer, config, messages, ids, segment, step, room, tools)
+        turn = await sample_turn(generate, tokenizer, config, messages, ids, segment, step, room, tools)
         ids += turn.output_ids + turn.close_ids
         trajectory.turns.append(turn)  # before acting: if the sandbox dies now, turns still match messages
         done = await asyncio.to_thread(_act, env, turn)
@@ -194,9 +194,10 @@ def _next_prompt(tokenizer, messages: list[dict], observation: dict, tools: list
     return tokens.observation_ids(tokenizer, messages, observation, tools)
 
 
-async def _generate(generate: Generate, tokenizer, config: AgentConfig, messages: list[dict], ids: list[int],
-                    segment: list[int], step: int, room: int, tools: list[dict] | None) -> Turn:
-    """Sample one turn after `ids` (which end with `segment`) and append the assistant message to `messages`."""
+async def sample_turn(generate: Generate, tokenizer, config: AgentConfig, messages: list[dict], ids: list[int],
+                      segment: list[int], step: int, room: int, tools: list[dict] | None) -> Turn:
+    """Sample one turn after `ids` (which end with `segment`) and append the assistant message to `messages`
+    (the pivot stage samples its actions at decision points through this too)."""
     began = time.monotonic()
     params = config.sampling.params(step, min(config.sampling.turn_tokens, room))
     if tokenizer is None:  # a text-only engine: its text is the message, and no token was sampled

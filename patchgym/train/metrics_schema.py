@@ -19,6 +19,19 @@ KEYS = (
     "time_training_s", "time_weight_sync_s", "time_iteration_s", "time_rollout_wait_s", "policy_version_min",
     "staleness_mean", "staleness_max",
 )
+# Keys of a pivot stage's line (patchgym.pivot.train), stage "pivot", with UPDATE_KEYS (null where nothing was
+# trained). reward_mean, reward_std, parsable_fraction (share of samples with a parsable tool call) and reasons
+# (samples per local-reward rule) are over every sample of the iteration: the whole pool on a measuring iteration
+# (states_measured > 0), the drawn kept states otherwise; trained_reward_mean over the trained states' samples.
+# states_kept and kept_fraction: the kept set after the iteration, and its share of the last measured pool.
+PIVOT_KEYS = (
+    "iteration", "stage", "pivot_iteration", "optimizer_steps", "lr", "states_measured", "states_kept",
+    "kept_fraction", "states_trained", "samples", "reward_mean", "reward_std", "trained_reward_mean",
+    "parsable_fraction", "reasons", "advantage_mean", "advantage_std", "advantage_min", "advantage_max",
+    "advantage_zero_fraction", "groups", "nonzero_advantage_group_fraction", "trained_sequences", "sampled_tokens",
+    "sample_tokens_per_s", "time_sampling_s", "time_reward_s", "time_training_s", "time_weight_sync_s",
+    "time_iteration_s",
+)
 # The policy update's numbers (patchgym.train.update.policy_update), renamed to say what they count; every line
 # has UPDATE_KEYS, null where the update did not report one (nothing trained).
 UPDATE_NAMES = {"tokens": "policy_tokens", "input_tokens": "train_input_tokens", "tokens_per_s": "train_tokens_per_s"}

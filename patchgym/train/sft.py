@@ -17,6 +17,7 @@ from patchgym.agent.trajectory_files import read_trajectories
 from patchgym.errors import UserError
 from patchgym.train.batch import TrainSequence, sequences_from_trajectories
 from patchgym.train.distributed import shard_sequences
+from patchgym.train.progress import step_bar
 from patchgym.train.update import sft_update
 
 # epochs -> optimizer steps -> the step's sequences (one rank's share of them, under torchrun)
@@ -102,7 +103,7 @@ def run_sft(model: torch.nn.Module, optimizer, scheduler, plan: EpochPlan, *, mi
     and token counts come back summed over the ranks). `on_step(epoch, step, update)` sees each step's metrics.
     `progress`: a label to show a progress bar of the steps under (with the last step's loss), or None."""
     began, result = time.perf_counter(), SFTResult()
-    with _step_bar(progress, sum(len(steps) for steps in plan)) as bar:
+    with step_bar(progress, sum(len(steps) for steps in plan)) as bar:
         for epoch, steps in enumerate(plan):
             loss = tokens = 0.0
             for step, batch in enumerate(steps):
@@ -120,24 +121,6 @@ def run_sft(model: torch.nn.Module, optimizer, scheduler, plan: EpochPlan, *, mi
             result.epoch_tokens.append(round(tokens))
     result.seconds = time.perf_counter() - began
     return result
-
-
-def _step_bar(label: str | None, total: int):
-    """A rich progress bar of SFT steps (label, steps done of all, the last step's epoch and loss, elapsed and
-    remaining time), drawing nothing when `label` is None; it holds one task."""
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    bar = Progress(TextColumn(label or ""), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-                   TimeElapsedColumn(), TimeRemainingColumn(), transient=True, disable=label is None)
-    bar.add_task("", total=total)
-    return bar
 
 
 def warm_start_line(demonstrations: Demonstrations, epochs: int, lr: float, result: SFTResult) -> dict:

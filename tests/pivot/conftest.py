@@ -7,7 +7,7 @@ from memory_env import BUGGY, MemoryEnv, memory_grade, memory_task
 from patchgym.agent.config import AgentConfig
 from patchgym.agent.expert import ExpertEngine, plan_demo
 from patchgym.agent.loop import run_agent
-from patchgym.env.tools import tool_schemas
+from patchgym.env.tools import ToolCall, render_call_xml, tool_schemas
 from patchgym.pivot.states import decision_points
 
 torch.set_num_threads(1)  # two cores, shared with the sandboxes
@@ -59,3 +59,18 @@ def points(demo):
     found = decision_points(demo, memory_task(), MemoryReplay())
     return {p.call["arguments"].get("command", p.call["name"]) if p.call["name"] == "file_editor" else p.call["name"]:
             p for p in found}
+
+
+class MemoryBash:
+    """The bash check of patchgym.pivot.reward over the in-memory environment: the state's earlier actions replayed
+    in a fresh MemoryEnv, then the command run there (its exit status as the env's `bash` map gives it)."""
+
+    def __init__(self, bash: dict[str, tuple[str, int]] | None = None):
+        self.bash = bash
+
+    def exit_code(self, point, command):
+        env = MemoryEnv(bash=self.bash)
+        env.reset(memory_task())
+        for action in point.earlier_actions:
+            env.step(action)
+        return env.step(render_call_xml(ToolCall("execute_bash", {"command": command}))).exit_code

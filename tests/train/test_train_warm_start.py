@@ -190,7 +190,7 @@ def test_a_trainer_with_progress_shows_a_bar_of_every_warm_start_step(tiny, demo
     from patchgym.train import sft
 
     shown, threads = [], []
-    make_bar = sft._step_bar
+    make_bar = sft.step_bar
 
     def step_bar(label, total):
         bar = make_bar(label, total)
@@ -204,7 +204,7 @@ def test_a_trainer_with_progress_shows_a_bar_of_every_warm_start_step(tiny, demo
         bar.update = advance
         return bar
 
-    monkeypatch.setattr(sft, "_step_bar", step_bar)
+    monkeypatch.setattr(sft, "step_bar", step_bar)
     cfg = config(tmp_path, demos, "train.iterations=1", "train.threads=2", "train.warm_start.cache=false")
     Trainer(cfg, tmp_path / "run", progress=True, make_rollouts=memory_rollouts).run()
     assert [bar for bar, _ in shown] == [True, True]
