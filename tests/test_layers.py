@@ -43,13 +43,16 @@ LAYERS = (
     "patchgym.agent",
     "patchgym.rollout",
     "patchgym.cluster",
-    "patchgym.pivot",  # RL on decision points of expert trajectories: replays them in the task's sandbox; train runs it
+    "patchgym.pivot",  # RL on decision points of expert trajectories: the states, their local reward, their selection
     # The whole run's config gathers every stage's section, and train is the first stage that reads all of it, so
     # the sections of train and verify sit before it and the rest of those two stages after it.
     "patchgym.train.config",
     "patchgym.verify.config",
     "patchgym.config",
     "patchgym.train",
+    # The pivot stage's training step samples through the engines and updates through train's policy and metrics.
+    "patchgym.pivot.sampling",
+    "patchgym.pivot.train",
     "patchgym.eval",
     "patchgym.verify",
     "patchgym.report",
