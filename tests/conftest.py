@@ -63,6 +63,7 @@ HEAVY = {
     "train/test_sequence_parallel.py::test_two_sequence_parallel_processes_compute_what_one_process_computes":
         "gloo process groups",
     "train/test_train_async.py": "async training runs of a minute",
+    "train/test_warm_cache.py": "warm starts trained twice (the cache's reuse and its invalidation)",
     "viewer/test_viewer.py": "headless Chromium",
     "report": "matplotlib renders every plot",
     "verify/test_verify_train.py": "verifier fine-tuning runs",
