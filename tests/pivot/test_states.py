@@ -5,8 +5,8 @@ expert's, and replays that differ from the record, give none and say why."""
 import json
 
 import pytest
+from pivot_demos import MemoryReplay, play_demo
 
-from conftest import MemoryReplay, play_demo
 from memory_env import BUGGY, FIXED, memory_grade, memory_task
 from patchgym.agent.config import AgentConfig
 from patchgym.agent.loop import run_agent

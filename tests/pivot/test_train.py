@@ -6,8 +6,8 @@ the policy's, and each iteration writes its metrics line and shows its progress 
 
 import pytest
 import torch
+from pivot_demos import MemoryBash, MemoryReplay
 
-from conftest import MemoryBash, MemoryReplay
 from memory_env import memory_task
 from patchgym.config import load_config
 from patchgym.inference.factory import make_engine
