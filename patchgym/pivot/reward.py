@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from patchgym.env.tools.calls import FormatError, ToolCall, parse_tool_call
+from patchgym.env.tools.text_edits import insert_after_line, occurrences, replace_at, split_lines
 from patchgym.pivot.config import CreditConfig
 from patchgym.pivot.states import EDITS, DecisionPoint
 
@@ -117,7 +118,8 @@ def _editor(point: DecisionPoint, call: ToolCall, credit: CreditConfig) -> Verdi
 
 def apply_edit(text: str | None, args: dict) -> str:
     """The file's text after the editor's str_replace, insert or create (`text` None: the file does not exist), by
-    the rules of the in-sandbox editor (patchgym/env/tools/sandbox_tools.py); InvalidEdit where it would refuse."""
+    the rules of the in-sandbox editor (patchgym/env/tools/sandbox_tools.py, whose text edits these are:
+    env/tools/text_edits.py); InvalidEdit where it would refuse."""
     command = args.get("command")
     if command == "create":
         if text is not None:
@@ -132,24 +134,15 @@ def apply_edit(text: str | None, args: dict) -> str:
         old, new = args.get("old_str"), args.get("new_str") or ""
         if not old or old == new:
             raise InvalidEdit("old_str is empty or the same as new_str")
-        first = text.find(old)
-        if first < 0 or text.find(old, first + 1) >= 0:  # overlapping matches count, as the editor counts them
+        starts = occurrences(text, old)
+        if len(starts) != 1:
             raise InvalidEdit("old_str does not occur exactly once")
-        return text[:first] + new + text[first + len(old):]
+        return replace_at(text, starts[0], old, new)
     if command == "insert":
         line, new = args.get("insert_line"), args.get("new_str")
-        lines = text.split("\n")
-        count = len(lines) - 1 if text.endswith("\n") else len(lines) if text else 0
-        if not isinstance(line, int) or not isinstance(new, str) or not 0 <= line <= count:
+        if not isinstance(line, int) or not isinstance(new, str) or not 0 <= line <= len(split_lines(text)):
             raise InvalidEdit("insert_line out of the file or new_str missing")
-        at, prefix = 0, ""
-        for _ in range(line):
-            end = text.find("\n", at)
-            if end < 0:  # after a last line that has no newline
-                at, prefix = len(text), "\n"
-                break
-            at = end + 1
-        return text[:at] + prefix + new + ("" if new.endswith("\n") else "\n") + text[at:]
+        return insert_after_line(text, line, new)
     raise InvalidEdit(f"{command!r} is no edit")
 
 

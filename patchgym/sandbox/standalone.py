@@ -9,7 +9,8 @@ import ast
 from pathlib import Path
 
 # The modules a standalone script may import from patchgym, by import name: each is inlined where it is imported.
-SHARED = {"patchgym.sandbox.process_tree": Path(__file__).parent / "process_tree.py"}
+SHARED = {"patchgym.sandbox.process_tree": Path(__file__).parent / "process_tree.py",
+          "patchgym.env.tools.text_edits": Path(__file__).parents[1] / "env" / "tools" / "text_edits.py"}
 
 
 def standalone_source(path: Path) -> str:

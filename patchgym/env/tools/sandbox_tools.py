@@ -13,7 +13,9 @@ import subprocess
 import sys
 import time
 
-# In a sandbox this line is process_tree.py's source (sandbox/standalone.py): the tools are installed as one file.
+# In a sandbox these lines are text_edits.py's and process_tree.py's source (sandbox/standalone.py): the tools are
+# installed as one file.
+from patchgym.env.tools.text_edits import insert_after_line, occurrences, replace_at, split_lines
 from patchgym.sandbox.process_tree import OutputCap, become_subreaper, kill_tree
 
 WORKDIR = os.getcwd()
@@ -207,11 +209,6 @@ def write_text(path, text):
         f.write(text.encode("utf-8", "surrogateescape"))
 
 
-def split_lines(text):
-    lines = text.split("\n")
-    return lines[:-1] if text.endswith("\n") else lines if text else []
-
-
 def history_dir(path):
     return os.path.join(HISTORY_DIR, hashlib.sha1(path.encode("utf-8", "surrogateescape")).hexdigest())
 
@@ -342,10 +339,7 @@ def str_replace(path, args):
     if old == new:
         raise ToolError("new_str is the same as old_str, so nothing would change.")
     text = read_text(path)
-    starts, at = [], text.find(old)
-    while at >= 0:
-        starts.append(at)
-        at = text.find(old, at + 1)
+    starts = occurrences(text, old)
     if not starts:
         hint = (" It does occur if leading/trailing whitespace is ignored: check the indentation and blank lines of "
                 "old_str.") if old.strip() and old.strip() in text else ""
@@ -357,7 +351,7 @@ def str_replace(path, args):
                         "surrounding lines in old_str so that it matches exactly once.".format(
                             shorten(old), path, len(starts), where))
     push_history(path, text)
-    updated = text[:starts[0]] + new + text[starts[0] + len(old):]
+    updated = replace_at(text, starts[0], old, new)
     write_text(path, updated)
     first = text.count("\n", 0, starts[0]) + 1
     return "The file {} has been edited. ".format(path) + snippet(path, updated, first, first + new.count("\n"))
@@ -370,16 +364,8 @@ def insert(path, args):
     if not 0 <= line <= count:
         raise ToolError("Invalid insert_line {}: it must be in [0, {}] (0 inserts at the top; the file has {} lines)."
                         .format(line, count, count))
-    at, prefix = 0, ""
-    for _ in range(line):
-        end = text.find("\n", at)
-        if end < 0:  # after a last line that has no newline
-            at, prefix = len(text), "\n"
-            break
-        at = end + 1
-    block = prefix + new + ("" if new.endswith("\n") else "\n")
     push_history(path, text)
-    updated = text[:at] + block + text[at:]
+    updated = insert_after_line(text, line, new)
     write_text(path, updated)
     return "The file {} has been edited. ".format(path) + snippet(path, updated, line + 1, line + len(split_lines(new)))
 
