@@ -17,7 +17,7 @@ import base64
 import shlex
 import time
 
-from patchgym.env.grading.families.harbor import score_of, verify
+from patchgym.env.grading.families.harbor import score_of, user_uid, verify
 from patchgym.env.grading.grade import Grade, StepGrade
 from patchgym.sandbox import Sandbox
 from patchgym.tasks.task import HarborArtifact, HarborStep, Task
@@ -43,7 +43,11 @@ class StepRun:
     def begin(self) -> str | None:
         """Set up the current step (workdir, setup.sh, healthcheck) and start its clock; None, or why it failed."""
         step = self.step
-        self.sandbox.config = self.sandbox.config.model_copy(update={"agent_user": _uid(self.sandbox, step.agent_user)})
+        try:
+            uid = user_uid(self.sandbox, step.agent_user)
+        except LookupError as exc:
+            return f"the step's [agent].user {exc}"
+        self.sandbox.config = self.sandbox.config.model_copy(update={"agent_user": uid})
         problem = _upload_workdir(self.sandbox, self.task.workdir, step) or _healthcheck(self.sandbox, self.task, step)
         self.deadline = None if step.agent_timeout_s is None else time.monotonic() + step.agent_timeout_s
         return problem
@@ -117,17 +121,6 @@ def _grade_step(sandbox: Sandbox, task: Task, step: HarborStep) -> StepGrade:
     return StepGrade(name=step.name, score=grade.score if grade.error is None else None, rewards=named,
                      error=grade.error, error_detail=grade.error_detail, exit_code=grade.exit_code,
                      duration=duration, artifacts=_collect(sandbox, step.artifacts))
-
-
-def _uid(sandbox: Sandbox, user: str) -> int:
-    if user in ("root", "0"):
-        return 0
-    if user.isdigit():
-        return int(user)
-    found = sandbox.exec(["id", "-u", user], timeout=30)
-    if not found.ok:
-        raise ValueError(f"the step's [agent].user {user!r} is not a user of the task's image: {found.output}")
-    return int(found.output.strip())
 
 
 def _upload_workdir(sandbox: Sandbox, workdir: str, step: HarborStep) -> str | None:

@@ -88,16 +88,24 @@ def verify(sandbox: Sandbox, task: Task, *, threshold: float = 1.0, score: str =
                                     "rewards": named if from_json else {}})
 
 
-def _verifier_uid(sandbox: Sandbox, user: str) -> int | None | str:
-    """The verifier user's uid (None: root), or why it has none in this sandbox."""
+def user_uid(sandbox: Sandbox, user: str) -> int:
+    """The uid of a task.toml user: root, a uid, or a name the image knows (LookupError where it knows none)."""
     if user in ("root", "0"):
-        return None
+        return 0
     if user.isdigit():
         return int(user)
     found = sandbox.exec(["id", "-u", user], timeout=30)
     if not found.ok or not found.output.strip().isdigit():
-        return f"[verifier].user {user!r} is not a user of the task's image: {found.output.strip()[-300:]}"
-    return int(found.output.strip()) or None
+        raise LookupError(f"{user!r} is not a user of the task's image: {found.output.strip()[-300:]}")
+    return int(found.output.strip())
+
+
+def _verifier_uid(sandbox: Sandbox, user: str) -> int | None | str:
+    """The verifier user's uid (None: root), or why it has none in this sandbox."""
+    try:
+        return user_uid(sandbox, user) or None
+    except LookupError as exc:
+        return f"[verifier].user {exc}"
 
 
 # test.sh's output and the reward files, read from the directory the verifier was given (descriptor 4), not by its
