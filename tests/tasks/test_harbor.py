@@ -11,9 +11,9 @@ import uuid
 from pathlib import Path
 
 import pytest
+from harbor_commands import Commands
 
 from patchgym.agent.scripts import NullScript, OracleScript
-from patchgym.env.tools.calls import ToolCall, render_call_xml
 from patchgym.eval.run import evaluate
 from patchgym.rollout import RolloutConfig, ScriptedAgent
 from patchgym.sandbox import SandboxConfig
@@ -25,18 +25,6 @@ from patchgym.tasks.harbor.importer import import_harbor
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "harbor"
 
 pytestmark = pytest.mark.parametrize("backend", ["docker"], indirect=True)
-
-
-class Commands:
-    """Runs the given shell commands, one per turn, then submits."""
-
-    def __init__(self, *commands: str):
-        self.commands = commands
-
-    def act(self, task, observation, turn):
-        if turn < len(self.commands):
-            return render_call_xml(ToolCall("execute_bash", {"command": self.commands[turn]}))
-        return render_call_xml(ToolCall("finish", {}))
 
 
 @pytest.fixture

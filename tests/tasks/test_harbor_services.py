@@ -12,12 +12,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+from harbor_commands import Commands
 
 from patchgym.agent.config import AgentConfig
 from patchgym.agent.scripts import NullScript, OracleScript
 from patchgym.env.grading.families.harbor import verify
 from patchgym.env.swe_env import harbor_limits
-from patchgym.env.tools.calls import ToolCall, render_call_xml
 from patchgym.eval.run import evaluate
 from patchgym.rollout import RolloutConfig, ScriptedAgent
 from patchgym.sandbox import SandboxConfig, open_sandbox
@@ -43,16 +43,6 @@ done
 SH
 nohup bash /tmp/forge.sh > /dev/null 2>&1 &
 echo forging"""
-
-
-class Commands:
-    def __init__(self, *commands: str):
-        self.commands = commands
-
-    def act(self, task, observation, turn):
-        if turn < len(self.commands):
-            return render_call_xml(ToolCall("execute_bash", {"command": self.commands[turn]}))
-        return render_call_xml(ToolCall("finish", {}))
 
 
 @pytest.fixture

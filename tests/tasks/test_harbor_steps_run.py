@@ -12,9 +12,9 @@ import json
 from pathlib import Path
 
 import pytest
+from harbor_commands import Commands
 
 from patchgym.agent.scripts import NullScript, OracleScript, has_solution
-from patchgym.env.tools.calls import ToolCall, render_call_xml
 from patchgym.eval.run import evaluate
 from patchgym.rollout import RolloutConfig, ScriptedAgent
 from patchgym.sandbox import SandboxConfig
@@ -25,17 +25,6 @@ from patchgym.tasks.harbor.importer import import_harbor
 RECIPE = Path(__file__).parents[1] / "fixtures" / "harbor" / "cookbook-multi-step"
 
 pytestmark = pytest.mark.parametrize("backend", ["docker"], indirect=True)
-
-
-class Commands:
-    """One command per turn (None: finish, which ends the step), then finish."""
-
-    def __init__(self, *commands):
-        self.commands = commands
-
-    def act(self, task, observation, turn):
-        command = self.commands[turn] if turn < len(self.commands) else None
-        return render_call_xml(ToolCall("execute_bash", {"command": command}) if command else ToolCall("finish", {}))
 
 
 REPLICA = """FROM {base}
